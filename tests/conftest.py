@@ -1,0 +1,28 @@
+"""Shared fixtures. Vectors come from ../shared/vectors beside the repository; their absence
+is a failure, never a skip."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VECTORS = REPO.parent / "shared" / "vectors"
+
+
+@pytest.fixture(scope="session")
+def vectors_dir() -> Path:
+    if not VECTORS.is_dir():
+        pytest.fail(f"conformance vectors not found at {VECTORS} (expected ../shared/vectors)")
+    return VECTORS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("TRACELOCK_SLOW") == "1":
+        return
+    deselected = [item for item in items if item.get_closest_marker("slow")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]

@@ -1,0 +1,1 @@
+"""The command-line surface. Each command lives in its own ``cmd_*.py`` module."""

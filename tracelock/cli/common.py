@@ -1,0 +1,76 @@
+"""What every CLI command shares: ``--json``, ``--store``, exit codes, error reporting.
+
+Exit codes a CI can rely on: 0 ok, 1 a check failed, 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from tracelock.errors import TracelockError
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(func: F) -> F:
+    """Add ``--json``: print one JSON document on stdout instead of text."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print a JSON document instead of text."
+    )(func)
+
+
+def store_option(func: F) -> F:
+    """Add ``--store DIR`` (or ``TRACELOCK_STORE``), default ``./.tracelock``."""
+    return click.option(
+        "--store",
+        "store_path",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar="TRACELOCK_STORE",
+        default=Path(".tracelock"),
+        show_default=True,
+        help="Store directory (env: TRACELOCK_STORE).",
+    )(func)
+
+
+def print_json(document: Any) -> None:
+    """Write ``document`` as indented JSON with sorted keys (stable for diffs and CI)."""
+    click.echo(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def emit(as_json: bool, document: dict[str, Any], text: Callable[[], str] | str) -> None:
+    """Print either the JSON document or the human text."""
+    if as_json:
+        print_json(document)
+    else:
+        click.echo(text() if callable(text) else text)
+
+
+def reports_errors(func: F) -> F:
+    """Turn a :class:`TracelockError` escaping a command into a clear message and exit 2.
+
+    With ``--json`` the error is printed as ``{"ok": false, "error": {...}}`` on stdout.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TracelockError as exc:
+            if kwargs.get("as_json"):
+                print_json({"ok": False, "error": exc.to_dict()})
+            else:
+                click.echo(f"error [{exc.code}]: {exc.message}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,1 @@
+"""The pure core: canonical form, hashing, entry layout, Merkle trees, fingerprints. No I/O."""

@@ -1,0 +1,1 @@
+"""The runtime: context, gateway, policy, tools, routing, replay, recovery."""
