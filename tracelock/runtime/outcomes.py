@@ -18,7 +18,7 @@ from tracelock.errors import TracelockError
 __all__ = ["Phase", "Outcome", "StepCode", "StepFailure", "register_code", "lookup_code", "all_codes"]
 
 
-class Phase(str, enum.Enum):
+class Phase(enum.StrEnum):
     RECEIVE = "RECEIVE"
     PARSE = "PARSE"
     VALIDATE = "VALIDATE"
@@ -28,7 +28,7 @@ class Phase(str, enum.Enum):
     RESPOND = "RESPOND"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     SUCCESS = "SUCCESS"
     VALIDATION_ERROR = "VALIDATION_ERROR"
     DENIED = "DENIED"

@@ -1,0 +1,259 @@
+"""The embedded directory store: appends, payload dedup, index, locking, failures."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.storage.conftest import TickClock, record_run
+from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND
+from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.errors import (
+    DurabilityError,
+    PayloadMissingError,
+    PayloadRedactedError,
+    RunNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreFormatError,
+    StoreFullError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
+)
+from tracelock.storage.journal_file import PAYLOAD, Record, scan_records
+from tracelock.storage.verify import verify_run, verify_store
+
+
+def _records(store_dir: Path) -> list[Record]:
+    fd = os.open(store_dir / "journal.log", os.O_RDONLY)
+    try:
+        return [r for r in scan_records(fd, 0) if isinstance(r, Record)]
+    finally:
+        os.close(fd)
+
+
+def test_append_assigns_seq_index_and_chain(store: DirectoryStore) -> None:
+    a0 = store.append("a", "run.start", payload={"x": 1})
+    b0 = store.append("b", "run.start", payload={"x": 2})
+    a1 = store.append("a", "effect", payload={"y": 1})
+    assert [a0.seq, b0.seq, a1.seq] == [0, 1, 2]
+    assert (a0.i, a0.prev) == (0, None)
+    assert (a1.i, a1.prev) == (1, a0.hash)
+    assert b0.prev is None
+    assert [e.hash for e in store.entries("a")] == [a0.hash, a1.hash]
+    assert store.get_payload(a1.payload or "") == {"y": 1}
+
+
+def test_same_payload_is_stored_once(store: DirectoryStore, store_dir: Path) -> None:
+    response = {"choices": [{"text": "the same long LLM answer " * 40}]}
+    for number in range(50):
+        store.append(f"r{number}", "effect", payload=response, durable=False)
+    store.sync()
+    payload_records = [r for r in _records(store_dir) if r.kind == PAYLOAD]
+    assert len(payload_records) == 1
+    assert store.size() == 50
+
+
+def test_dedup_survives_reopen(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as first:
+        first.append("r1", "effect", payload={"big": "z" * 500})
+    with DirectoryStore(store_dir) as second:
+        second.append("r2", "effect", payload={"big": "z" * 500})
+    assert len([r for r in _records(store_dir) if r.kind == PAYLOAD]) == 1
+
+
+def test_null_payload_differs_from_no_payload(store: DirectoryStore) -> None:
+    with_null = store.append("r", "effect", payload=None)
+    without = store.append("r", "effect")
+    assert with_null.payload is not None and store.get_payload(with_null.payload) is None
+    assert without.payload is None
+
+
+def test_index_lists_runs_newest_first_with_status(store: DirectoryStore) -> None:
+    record_run(store, "first")
+    record_run(store, "second")
+    store.append("third", "run.start", meta={"agent": "other", "status": "running"})
+    runs = store.runs()
+    assert [r.run for r in runs] == ["third", "second", "first"]
+    assert [r.status for r in runs] == ["running", "completed", "completed"]
+    assert runs[0].agent == "other" and runs[1].entries == 4
+    assert [r.run for r in store.runs(status="completed", limit=1)] == ["second"]
+
+
+def test_index_is_rebuilt_when_lost_or_damaged(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        for number in range(20):
+            record_run(store, f"r{number}")
+        expected = [(r.run, r.status, r.entries) for r in store.runs()]
+    (store_dir / "index.sqlite").unlink()
+    for suffix in ("-wal", "-shm"):
+        (store_dir / f"index.sqlite{suffix}").unlink(missing_ok=True)
+    with DirectoryStore(store_dir) as store:
+        assert [(r.run, r.status, r.entries) for r in store.runs()] == expected
+    (store_dir / "index.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with DirectoryStore(store_dir) as store:
+        assert [(r.run, r.status, r.entries) for r in store.runs()] == expected
+
+
+def test_stale_index_catches_up_from_the_journal(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        record_run(store, "old")
+    snapshot = {p.name: p.read_bytes() for p in store_dir.glob("index.sqlite*")}
+    with DirectoryStore(store_dir) as store:
+        record_run(store, "new")
+    for name, data in snapshot.items():
+        (store_dir / name).write_bytes(data)
+    with DirectoryStore(store_dir) as store:
+        assert {r.run for r in store.runs()} == {"old", "new"}
+        assert verify_store(store).ok
+
+
+def test_appending_to_an_ended_run_is_refused(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        record_run(store, "done")
+        with pytest.raises(StoreError, match="has ended"):
+            store.append("done", "effect")
+    with DirectoryStore(store_dir) as store, pytest.raises(StoreError, match="has ended"):
+        store.append("done", "effect")
+
+
+def test_unfinished_run_continues_its_chain_after_reopen(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        first = store.append("r", "run.start")
+    with DirectoryStore(store_dir) as store:
+        second = store.append("r", "effect")
+        assert (second.i, second.prev) == (1, first.hash)
+        assert verify_store(store).ok
+
+
+def test_second_writer_is_locked_out(store_dir: Path, store: DirectoryStore) -> None:
+    with pytest.raises(StoreLockedError):
+        DirectoryStore(store_dir)
+
+
+def test_reader_works_while_a_writer_holds_the_lock(store_dir: Path, store: DirectoryStore) -> None:
+    record_run(store, "r")
+    store.sync()
+    with DirectoryStore(store_dir, read_only=True) as reader:
+        assert [r.run for r in reader.runs()] == ["r"]
+        assert verify_store(reader).ok
+        with pytest.raises(StoreReadOnlyError):
+            reader.append("x", "run.start")
+
+
+def test_missing_and_foreign_stores(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotFoundError):
+        DirectoryStore(tmp_path / "absent", create=False)
+    with pytest.raises(StoreNotFoundError):
+        DirectoryStore(tmp_path / "absent", read_only=True)
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "store.json").write_text('{"format": "something-else"}')
+    with pytest.raises(StoreFormatError):
+        DirectoryStore(tmp_path / "foreign")
+
+
+def test_missing_payload_and_unknown_run(store: DirectoryStore) -> None:
+    with pytest.raises(PayloadMissingError):
+        store.get_payload("0" * 64)
+    with pytest.raises(RunNotFoundError):
+        store.entries("nope")
+    with pytest.raises(RunNotFoundError):
+        store.run_info("nope")
+
+
+def test_group_commit_shares_fsyncs(store: DirectoryStore) -> None:
+    barrier = threading.Barrier(8)
+    per_thread = 50
+
+    def worker(number: int) -> None:
+        barrier.wait()
+        for step in range(per_thread):
+            store.append(f"w{number}", "effect", payload={"step": step})
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    before = store.sync_count
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.size() == 8 * per_thread
+    assert store.sync_count - before < 8 * per_thread
+    report = verify_store(store)
+    assert report.ok, report.issue
+
+
+def test_fsync_failure_is_fatal_and_never_retried(
+    store: DirectoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.append("r", "run.start")
+    calls = []
+
+    def failing(fd: int) -> None:
+        calls.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(DurabilityError):
+        store.append("r", "effect")
+    monkeypatch.undo()
+    with pytest.raises(DurabilityError):
+        store.append("r", "effect")
+    assert len(calls) == 1
+
+
+def test_full_disk_is_reported_as_such(store: DirectoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(StoreFullError):
+        store.append("r", "run.start", payload={"a": 1})
+    monkeypatch.setattr(os, "write", real_write)
+    with pytest.raises(StoreFullError):
+        store.append("r", "run.start")
+
+
+def test_closed_store_refuses_work(store_dir: Path) -> None:
+    handle = DirectoryStore(store_dir)
+    handle.close()
+    with pytest.raises(StoreClosedError):
+        handle.append("r", "run.start")
+
+
+def test_redaction_keeps_the_chain_verifying(store: DirectoryStore) -> None:
+    secret = store.append("r", "run.start", payload={"prompt": "my card is 4111 1111 1111 1111"})
+    store.append("r", "run.end", payload={"ok": True}, meta={"status": "completed"})
+    assert secret.payload is not None
+    store.append(ADMIN_RUN, REDACTION_KIND, meta={"payload": secret.payload, "reason": "PII"})
+    assert store.erase_payload(secret.payload)
+    assert not store.erase_payload(secret.payload)
+    with pytest.raises(PayloadRedactedError):
+        store.get_payload(secret.payload)
+    assert store.payload_state(secret.payload) == "redacted"
+    report = verify_store(store)
+    assert report.ok and report.redacted == 1
+    run_report = verify_run(store, "r")
+    assert run_report.ok and run_report.redacted == 1
+    data = (Path(store.location) / "journal.log").read_bytes()
+    assert b"4111" not in data
+
+
+def test_erasing_without_a_redaction_entry_is_detected(store: DirectoryStore) -> None:
+    entry = store.append("r", "run.start", payload={"prompt": "private"})
+    assert entry.payload is not None
+    store.erase_payload(entry.payload)
+    report = verify_store(store)
+    assert not report.ok and report.issue is not None
+    assert report.issue.code == "PAYLOAD_ERASED_WITHOUT_REDACTION"
+
+
+def test_clock_is_injected(store_dir: Path) -> None:
+    with DirectoryStore(store_dir, clock=TickClock(start=41)) as store:
+        assert store.append("r", "run.start").ts == 42

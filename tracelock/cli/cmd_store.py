@@ -1,0 +1,167 @@
+"""Commands that read the store: ``log``, ``show``, ``verify``."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracelock.cli.common import (
+    EXIT_CHECK_FAILED,
+    emit,
+    json_option,
+    reports_errors,
+    store_option,
+)
+from tracelock.core.entry import Entry
+from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.open import open_store
+from tracelock.storage.verify import verify_run, verify_store
+
+
+def format_ts(ms: int) -> str:
+    """Milliseconds since the epoch as an ISO 8601 UTC timestamp."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def open_for_reading(store_path: Path) -> DirectoryStore:
+    return open_store(store_path, create=False, read_only=True)
+
+
+def _repairs_note(store: DirectoryStore) -> list[dict[str, Any]]:
+    repairs = [repair.to_dict() for repair in store.repairs]
+    for repair in repairs:
+        click.echo(
+            f"note: repaired on open: {repair['what']} ({repair['length']} bytes at byte "
+            f"{repair['offset']}, saved to {repair['saved_to']})",
+            err=True,
+        )
+    return repairs
+
+
+@click.command("log")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N runs.")
+@click.option("--status", default=None, help="Only runs in this state.")
+@store_option
+@json_option
+@reports_errors
+def log_command(limit: int | None, status: str | None, store_path: Path, as_json: bool) -> None:
+    """List runs, newest first, with status, agent and start time."""
+    with open_for_reading(store_path) as store:
+        repairs = _repairs_note(store)
+        runs = store.runs(limit=limit, status=status)
+    document = {"ok": True, "runs": [run.to_dict() for run in runs], "repairs": repairs}
+
+    def text() -> str:
+        if not runs:
+            return "no runs"
+        lines = [f"{'RUN':<28} {'STATUS':<18} {'AGENT':<24} {'STARTED':<24} ENTRIES"]
+        for run in runs:
+            lines.append(
+                f"{run.run:<28} {run.status:<18} {(run.agent or '-'):<24} "
+                f"{format_ts(run.started_ts):<24} {run.entries}"
+            )
+        return "\n".join(lines)
+
+    emit(as_json, document, text)
+
+
+def describe_entry(entry: Entry) -> str:
+    """One readable line for an entry (the runtime's kinds get richer descriptions in show)."""
+    meta = entry.meta or {}
+    details = " ".join(f"{key}={value}" for key, value in sorted(meta.items()))
+    payload = f" payload={entry.payload[:12]}" if entry.payload else ""
+    return f"{entry.i:>4}  {format_ts(entry.ts)}  {entry.kind:<18} {details}{payload}".rstrip()
+
+
+@click.command("show")
+@click.argument("run_id")
+@click.option("--payloads", is_flag=True, help="Include each entry's payload.")
+@store_option
+@json_option
+@reports_errors
+def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -> None:
+    """Show a run's entries as a timeline."""
+    with open_for_reading(store_path) as store:
+        _repairs_note(store)
+        info = store.run_info(run_id)
+        entries = store.entries(run_id)
+        bodies: dict[str, Any] = {}
+        if payloads:
+            for entry in entries:
+                if entry.payload and entry.payload not in bodies:
+                    state = store.payload_state(entry.payload)
+                    bodies[entry.payload] = (
+                        store.get_payload(entry.payload)
+                        if state == "present"
+                        else {"__tracelock__": state}
+                    )
+    document: dict[str, Any] = {
+        "ok": True,
+        "run": info.to_dict(),
+        "entries": [
+            dict(entry.to_dict(), hash=entry.hash)
+            | ({"payload_value": bodies.get(entry.payload)} if payloads and entry.payload else {})
+            for entry in entries
+        ],
+    }
+
+    def text() -> str:
+        lines = [
+            f"run {info.run}  status={info.status}  agent={info.agent or '-'}  "
+            f"started={format_ts(info.started_ts)}  entries={info.entries}"
+        ]
+        for entry in entries:
+            lines.append(describe_entry(entry))
+            if payloads and entry.payload:
+                lines.append(f"        {bodies.get(entry.payload)!r}")
+        return "\n".join(lines)
+
+    emit(as_json, document, text)
+
+
+@click.command("verify")
+@click.argument("run_id", required=False)
+@store_option
+@json_option
+@reports_errors
+def verify_command(run_id: str | None, store_path: Path, as_json: bool) -> None:
+    """Recompute every hash of one run, or of the whole store; exit 1 on any failure."""
+    with open_for_reading(store_path) as store:
+        repairs = _repairs_note(store)
+        if run_id is None:
+
+            def progress(count: int) -> None:
+                if not as_json:
+                    click.echo(f"... {count} entries verified", err=True)
+
+            report = verify_store(store, progress=progress)
+        else:
+            report = verify_run(store, run_id)
+    document = report.to_dict() | {"repairs": repairs}
+
+    def text() -> str:
+        lines = []
+        if report.ok:
+            lines.append(
+                f"OK: {report.scope}: {report.entries} entries, {report.payloads} payloads, "
+                f"{report.redacted} redacted, every hash and chain link checks"
+            )
+        else:
+            assert report.issue is not None
+            issue = report.issue
+            where = f"seq {issue.seq}" + (f", run {issue.run}" if issue.run else "")
+            lines.append(f"FAILED: {report.scope}: [{issue.code}] at {where}: {issue.message}")
+        lines.extend(f"note: {note}" for note in report.notes)
+        return "\n".join(lines)
+
+    emit(as_json, document, text)
+    if not report.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+COMMANDS = [log_command, show_command, verify_command]

@@ -1,0 +1,280 @@
+"""The journal entry: its canonical line layout, its hash, and the per-run chain rules.
+
+An entry is one line of canonical JSON (RFC 8785) with exactly these members::
+
+    {"i": <index within the run>, "kind": <entry kind>, ["meta": {...},]
+     "payload": <hex SHA-256 of the payload's canonical bytes> | null,
+     "prev": <hex hash of the run's previous entry> | null,
+     "run": <run id>, "seq": <position in the store's journal>, "ts": <wall clock, ms>, "v": 1}
+
+The entry hash is ``SHA-256(line)`` (the line without its newline). Entries of one run form
+a hash chain through ``prev``; ``seq`` numbers every entry of the store from 0 without gaps.
+``ts`` is covered by the chain (it cannot be altered unnoticed) but by no determinism hash.
+This module is pure: it builds, parses and checks lines; it never touches a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from tracelock.core.canonical import dumps
+from tracelock.errors import StoreError
+
+__all__ = [
+    "ADMIN_RUN",
+    "FORMAT_VERSION",
+    "REDACTION_KIND",
+    "TERMINAL_KINDS",
+    "ChainChecker",
+    "ChainIssue",
+    "Entry",
+    "EntryFormatError",
+    "encode_entry",
+    "entry_hash",
+    "parse_entry",
+    "valid_run_id",
+]
+
+FORMAT_VERSION = 1
+
+#: Kinds that close a run's chain: no entry of that run may follow.
+TERMINAL_KINDS = frozenset({"run.end"})
+
+#: The store's own chain (redactions and other store-level records). It never terminates and
+#: is not a run: user run ids may not take this value.
+ADMIN_RUN = "tracelock:admin"
+
+#: Kind of the admin entry that records a payload's removal; ``meta`` names the payload.
+REDACTION_KIND = "payload.redact"
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)*")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_KEYS = frozenset({"i", "kind", "payload", "prev", "run", "seq", "ts", "v"})
+_KEYS_META = _KEYS | {"meta"}
+
+
+class EntryFormatError(StoreError):
+    """A journal line is not a well-formed, canonical version-1 entry."""
+
+    code = "JOURNAL_MALFORMED_ENTRY"
+
+
+def valid_run_id(run: str) -> bool:
+    """Run ids are 1-128 characters of ``A-Z a-z 0-9 . _ : -``, starting alphanumeric."""
+    return _RUN_ID.fullmatch(run) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One journal entry, with its canonical line and that line's hash."""
+
+    seq: int
+    run: str
+    i: int
+    kind: str
+    payload: str | None
+    prev: str | None
+    ts: int
+    meta: dict[str, Any] | None
+    line: bytes
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "seq": self.seq,
+            "run": self.run,
+            "i": self.i,
+            "kind": self.kind,
+            "payload": self.payload,
+            "prev": self.prev,
+            "ts": self.ts,
+        }
+        if self.meta:
+            doc["meta"] = self.meta
+        return doc
+
+
+def _hex_or_null(value: str | None) -> bytes:
+    return b"null" if value is None else b'"' + value.encode("ascii") + b'"'
+
+
+def encode_entry(
+    *,
+    seq: int,
+    run: str,
+    i: int,
+    kind: str,
+    payload: str | None,
+    prev: str | None,
+    ts: int,
+    meta: dict[str, Any] | None = None,
+) -> Entry:
+    """Build the canonical line of an entry and hash it.
+
+    The members are written in RFC 8785 order by a fixed template: run ids and kinds are
+    restricted to characters JSON never escapes, hashes are hex and numbers are integers, so
+    the template's output is exactly ``canonical.dumps`` of the entry object (a test checks
+    this against the general encoder).
+    """
+    if not _RUN_ID.fullmatch(run):
+        raise EntryFormatError(f"invalid run id {run!r}")
+    if not _KIND.fullmatch(kind):
+        raise EntryFormatError(f"invalid entry kind {kind!r}")
+    for name, value in (("payload", payload), ("prev", prev)):
+        if value is not None and not _HEX64.fullmatch(value):
+            raise EntryFormatError(f"{name} must be a hex SHA-256 digest, got {value!r}")
+    for name, number in (("seq", seq), ("i", i), ("ts", ts)):
+        if type(number) is not int or not 0 <= number <= 2**53 - 1:
+            raise EntryFormatError(f"{name} must be a non-negative safe integer, got {number!r}")
+    if (i == 0) != (prev is None):
+        raise EntryFormatError("prev is null exactly for the first entry of a run")
+    meta_part = b'"meta":' + dumps(meta) + b"," if meta else b""
+    line = b"".join(
+        (
+            b'{"i":%d,"kind":"%s",' % (i, kind.encode("ascii")),
+            meta_part,
+            b'"payload":',
+            _hex_or_null(payload),
+            b',"prev":',
+            _hex_or_null(prev),
+            b',"run":"%s","seq":%d,"ts":%d,"v":%d}'
+            % (run.encode("ascii"), seq, ts, FORMAT_VERSION),
+        )
+    )
+    return Entry(seq, run, i, kind, payload, prev, ts, meta or None, line, entry_hash(line))
+
+
+def entry_hash(line: bytes) -> str:
+    """The hash of an entry: SHA-256 of its canonical line (no newline), hex."""
+    return hashlib.sha256(line).hexdigest()
+
+
+def parse_entry(line: bytes) -> Entry:
+    """Parse one journal line (without newline) and check it is a canonical v1 entry."""
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise EntryFormatError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise EntryFormatError("an entry must be a JSON object")
+    keys = doc.keys()
+    if keys not in (_KEYS, _KEYS_META):
+        missing = sorted(_KEYS - keys)
+        extra = sorted(keys - _KEYS_META)
+        raise EntryFormatError(f"wrong members (missing {missing}, unexpected {extra})")
+    if doc["v"] != FORMAT_VERSION:
+        raise EntryFormatError(f"unsupported entry format version {doc['v']!r}")
+    meta = doc.get("meta")
+    if "meta" in doc and (not isinstance(meta, dict) or not meta):
+        raise EntryFormatError("meta must be a non-empty object when present")
+    for name in ("run", "kind"):
+        if not isinstance(doc[name], str):
+            raise EntryFormatError(f"{name} must be a string")
+    for name in ("payload", "prev"):
+        if doc[name] is not None and not isinstance(doc[name], str):
+            raise EntryFormatError(f"{name} must be a string or null")
+    entry = encode_entry(
+        seq=doc["seq"],
+        run=doc["run"],
+        i=doc["i"],
+        kind=doc["kind"],
+        payload=doc["payload"],
+        prev=doc["prev"],
+        ts=doc["ts"],
+        meta=meta,
+    )
+    if entry.line != line:
+        raise EntryFormatError("entry is not in canonical form")
+    return entry
+
+
+@dataclass(frozen=True, slots=True)
+class ChainIssue:
+    """Why an entry breaks the journal's rules."""
+
+    code: str
+    seq: int
+    run: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "seq": self.seq, "run": self.run, "message": self.message}
+
+
+class ChainChecker:
+    """Checks, entry by entry in journal order, the store-wide numbering and each run's chain.
+
+    Memory is bounded by the number of runs still open (a run's state is dropped at its
+    terminal entry), not by the length of the journal.
+    """
+
+    def __init__(
+        self,
+        first_seq: int = 0,
+        lookup: Callable[[str], tuple[int, str] | None] | None = None,
+    ) -> None:
+        self.next_seq = first_seq
+        self._heads: dict[str, tuple[int, str]] = {}
+        # When checking from the middle of a journal, heads of runs opened earlier come from
+        # ``lookup`` (the index); None there means the run is unknown or already closed.
+        self._lookup = lookup
+
+    @property
+    def open_runs(self) -> dict[str, tuple[int, str]]:
+        """Runs whose chain is open: run id -> (index of last entry, hash of last entry)."""
+        return dict(self._heads)
+
+    def check(self, entry: Entry) -> ChainIssue | None:
+        """Advance over ``entry``; return the first rule it breaks, or None."""
+        expected_seq = self.next_seq
+        self.next_seq = entry.seq + 1
+        if entry.seq != expected_seq:
+            return ChainIssue(
+                "JOURNAL_SEQ_GAP",
+                entry.seq,
+                entry.run,
+                f"expected seq {expected_seq}, found {entry.seq} "
+                "(an entry was deleted, inserted, reordered or duplicated)",
+            )
+        head = self._heads.get(entry.run)
+        if head is None and entry.i != 0 and self._lookup is not None:
+            head = self._lookup(entry.run)
+        if head is None:
+            if entry.i != 0:
+                return ChainIssue(
+                    "JOURNAL_CHAIN_BROKEN",
+                    entry.seq,
+                    entry.run,
+                    f"run {entry.run} starts at index {entry.i}, not 0 "
+                    "(its first entries are missing, or it continues after its end)",
+                )
+        else:
+            last_i, last_hash = head
+            if entry.i != last_i + 1:
+                return ChainIssue(
+                    "JOURNAL_CHAIN_BROKEN",
+                    entry.seq,
+                    entry.run,
+                    f"run {entry.run}: expected index {last_i + 1}, found {entry.i}",
+                )
+            if entry.prev != last_hash:
+                return ChainIssue(
+                    "JOURNAL_CHAIN_BROKEN",
+                    entry.seq,
+                    entry.run,
+                    f"run {entry.run} index {entry.i}: prev does not match the hash of "
+                    "the run's previous entry",
+                )
+        if entry.kind in TERMINAL_KINDS:
+            self._heads.pop(entry.run, None)
+        else:
+            self._heads[entry.run] = (entry.i, entry.hash)
+        return None

@@ -1,0 +1,1 @@
+"""Storage: the backend interface, the embedded directory store, payloads, index, Merkle node files."""

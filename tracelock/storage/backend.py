@@ -1,0 +1,147 @@
+"""The storage interface every backend implements (embedded directory now, PostgreSQL next).
+
+Everything above storage talks to a :class:`Store`. The contract, which a backend must keep
+so that the same run produces the same entries, hashes and fingerprint on any backend:
+
+* ``append``/``append_many`` assign the store-wide ``seq``, the run's index ``i`` and ``prev``
+  atomically, build the entry with :func:`tracelock.core.entry.encode_entry`, and store any
+  payload content-addressed (once per SHA-256). With ``durable=True`` they return only once
+  the entries *and* their payloads survive a crash of the process or the machine; with
+  ``durable=False`` they may return earlier, and the entries become durable no later than
+  the next durable append or ``sync``. Entries are made durable in ``seq`` order.
+* A durability failure is fatal for the handle (``DurabilityError``): never retried.
+* Reads see every entry appended through the same handle, durable or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tracelock.core.entry import Entry
+
+__all__ = ["NO_PAYLOAD", "NewEntry", "Repair", "RunInfo", "Store"]
+
+
+class _NoPayload:
+    def __repr__(self) -> str:
+        return "NO_PAYLOAD"
+
+
+#: Marks an entry without payload (``None`` is the JSON value null, a valid payload).
+NO_PAYLOAD: Any = _NoPayload()
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """An entry to append: the store fills in seq, i, prev and ts."""
+
+    run: str
+    kind: str
+    payload: Any = NO_PAYLOAD
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What the index knows about a run without reading its entries."""
+
+    run: str
+    agent: str | None
+    parent: str | None
+    status: str
+    started_ts: int
+    updated_ts: int
+    entries: int
+    first_seq: int
+    last_seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "agent": self.agent,
+            "parent": self.parent,
+            "status": self.status,
+            "started_ts": self.started_ts,
+            "updated_ts": self.updated_ts,
+            "entries": self.entries,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """Something the store fixed when it opened (only ever an unacknowledged tail)."""
+
+    what: str
+    offset: int
+    length: int
+    saved_to: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "offset": self.offset,
+            "length": self.length,
+            "saved_to": self.saved_to,
+            "details": self.details,
+        }
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A journal with a content-addressed payload store and a run index."""
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def repairs(self) -> list[Repair]: ...
+
+    def close(self) -> None: ...
+
+    # -- writing -----------------------------------------------------------------------
+    def append(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        durable: bool = True,
+    ) -> Entry: ...
+
+    def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]: ...
+
+    def sync(self) -> None: ...
+
+    def erase_payload(self, digest: str) -> bool:
+        """Physically remove a payload's bytes (after its redaction entry was appended)."""
+        ...
+
+    # -- reading -----------------------------------------------------------------------
+    def size(self) -> int:
+        """Number of entries in the journal."""
+        ...
+
+    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]: ...
+
+    def run_info(self, run: str) -> RunInfo: ...
+
+    def entries(self, run: str) -> list[Entry]: ...
+
+    def iter_entries(self, start_seq: int = 0) -> Iterator[Entry]: ...
+
+    def get_payload(self, digest: str) -> Any: ...
+
+    def get_payload_bytes(self, digest: str) -> bytes: ...
+
+    def payload_state(self, digest: str) -> str:
+        """``"present"``, ``"redacted"`` or ``"missing"``."""
+        ...

@@ -1,0 +1,750 @@
+"""The embedded default store: a directory, like ``.git``, that needs no server.
+
+Layout::
+
+    <dir>/store.json     format marker and store id (written once, fsynced)
+    <dir>/journal.log    entries and payload records (see ``journal_file``)
+    <dir>/lock           advisory lock held by the one writer process
+    <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale)
+    <dir>/quarantine/    bytes cut from a torn tail, kept for inspection
+
+One process writes at a time (``flock`` on ``lock``); any number may read.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import orjson
+
+from tracelock.core.canonical import dumps
+from tracelock.core.entry import (
+    ADMIN_RUN,
+    TERMINAL_KINDS,
+    ChainChecker,
+    Entry,
+    EntryFormatError,
+    encode_entry,
+    parse_entry,
+)
+from tracelock.storage.backend import NO_PAYLOAD, NewEntry, Repair, RunInfo
+from tracelock.storage.errors import (
+    JournalCorruptError,
+    PayloadMissingError,
+    PayloadRedactedError,
+    RunNotFoundError,
+    StoreClosedError,
+    StoreError,
+    StoreFormatError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
+)
+from tracelock.storage.index import Index, IndexedEntry, IndexedPayload
+from tracelock.storage.journal_file import (
+    ENTRY,
+    PAYLOAD,
+    REDACTED,
+    GroupCommitLog,
+    Record,
+    scan_records,
+)
+
+__all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
+
+STORE_FORMAT = "tracelock-store"
+STORE_VERSION = 1
+
+_INDEX_BATCH = 512
+_PAYLOAD_CACHE = 65536
+
+
+def wall_clock_ms() -> int:
+    """The default entry timestamp source. Timestamps are kept out of every determinism
+    hash, so reading the real clock here decides nothing."""
+    return time.time_ns() // 1_000_000  # tracelock: allow TL-CLOCK-001 -- entry timestamps are excluded from every determinism hash
+
+
+def _random_store_id() -> str:
+    return os.urandom(16).hex()  # tracelock: allow TL-RAND-001 -- a store's name, never hashed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` atomically: temp file, fsync, rename, fsync directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class _PendingIndex:
+    """Index rows for records already queued to the journal, waiting to reach SQLite."""
+
+    __slots__ = ("entries", "payloads")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, IndexedEntry]] = []
+        self.payloads: list[tuple[int, IndexedPayload]] = []
+
+
+class DirectoryStore:
+    """A :class:`tracelock.storage.backend.Store` kept in one directory."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        clock: Callable[[], int] | None = None,
+        store_id: Callable[[], str] | None = None,
+    ) -> None:
+        self._path = Path(path)
+        self._read_only = read_only
+        self._clock = clock or wall_clock_ms
+        self._repairs: list[Repair] = []
+        self._closed = False
+        self._lock = threading.Lock()
+        self._index_lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._wfd: int | None = None
+        self._log: GroupCommitLog | None = None
+        self._heads: dict[str, tuple[int, str]] = {}
+        # Runs closed by this handle whose closing entry has not reached the index yet.
+        self._closed_here: set[str] = set()
+        self._payloads: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self._pending = _PendingIndex()
+        self._tail_fragment: tuple[int, int] | None = None
+        #: (offset, reason) of the first damaged record a read-only open stopped at.
+        self.damage: tuple[int, str] | None = None
+
+        meta_path = self._path / "store.json"
+        if not meta_path.exists():
+            if read_only or not create:
+                raise StoreNotFoundError(f"no tracelock store at {self._path}")
+            self._create(store_id or _random_store_id)
+        self._check_format(meta_path)
+        journal = self._path / "journal.log"
+        try:
+            # A reader takes the writer lock too when it is free: it may then repair a torn
+            # tail and bring the on-disk index up to date. When a writer holds the lock, a
+            # reader builds a private in-memory index instead and repairs nothing.
+            self._owns_lock = self._acquire_lock(wait_fail=not read_only)
+            if self._owns_lock:
+                self._wfd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._rfd = os.open(journal, os.O_RDONLY | os.O_CLOEXEC)
+            self._index = self._open_index()
+            end = self._catch_up()
+            self._next_seq = self._index.entry_count
+            if self._wfd is not None and not read_only:
+                self._log = GroupCommitLog(self._wfd, end)
+        except BaseException:
+            self._release()
+            raise
+
+    # -- opening -----------------------------------------------------------------------
+    def _create(self, store_id: Callable[[], str]) -> None:
+        self._path.mkdir(parents=True, exist_ok=True)
+        journal = self._path / "journal.log"
+        fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        marker = {"format": STORE_FORMAT, "version": STORE_VERSION, "store_id": store_id()}
+        _write_durably(self._path / "store.json", dumps(marker) + b"\n")
+        parent = self._path.resolve().parent
+        _fsync_dir(parent)
+
+    def _check_format(self, meta_path: Path) -> None:
+        try:
+            marker = json.loads(meta_path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise StoreFormatError(f"{meta_path} is unreadable: {exc}") from None
+        if not isinstance(marker, dict) or marker.get("format") != STORE_FORMAT:
+            raise StoreFormatError(f"{self._path} is not a tracelock store")
+        if marker.get("version") != STORE_VERSION:
+            raise StoreFormatError(
+                f"{self._path} has store format version {marker.get('version')!r}; "
+                f"this tracelock reads version {STORE_VERSION}"
+            )
+        self.store_id = str(marker.get("store_id", ""))
+        if not (self._path / "journal.log").exists():
+            raise StoreFormatError(f"{self._path} has no journal.log")
+
+    def _acquire_lock(self, *, wait_fail: bool) -> bool:
+        """Take the writer lock. Returns False (reader) or raises (writer) when it is held."""
+        try:
+            fd = os.open(self._path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except PermissionError:
+            if wait_fail:
+                raise
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if not wait_fail:
+                return False
+            raise StoreLockedError(
+                f"another process is writing to the store at {self._path}",
+                details={"store": str(self._path)},
+            ) from None
+        self._lock_fd = fd
+        return True
+
+    def _open_index(self) -> Index:
+        path = self._path / "index.sqlite"
+        if not self._owns_lock:
+            return Index(Path(":memory:"))
+        try:
+            return Index(path)
+        except sqlite3.DatabaseError:  # a damaged cache is rebuilt, never trusted
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+            return Index(path)
+
+    def _index_matches_journal(self, size: int) -> bool:
+        end = self._index.journal_end
+        count = self._index.entry_count
+        if end > size:
+            return False
+        if count == 0:
+            return end == 0
+        location = self._index.entry_location(count - 1)
+        if location is None:
+            return False
+        line = os.pread(self._rfd, location[1], location[0])
+        return hashlib.sha256(line).hexdigest() == self._index.last_hash
+
+    def _catch_up(self) -> int:
+        """Bring the index up to the journal's end; repair a torn tail if writing.
+
+        Returns the offset at which new records will be appended.
+        """
+        size = os.fstat(self._rfd).st_size
+        if not self._index_matches_journal(size):
+            self._index.reset()
+        start = self._index.journal_end
+        checker = ChainChecker(self._index.entry_count, lookup=self._index.head)
+        entries: list[IndexedEntry] = []
+        payloads: list[IndexedPayload] = []
+        known: set[bytes] = set()
+        end = start
+        bad: tuple[Record, str] | None = None
+        for item in scan_records(self._rfd, start, size):
+            if bad is not None:
+                # Only the very last record may be bad (a torn write); anything before it
+                # is corruption or tampering, and is reported, never repaired. A read-only
+                # handle indexes what precedes it and leaves the report to verification.
+                record, reason = bad
+                if self._read_only:
+                    self.damage = (record.offset, reason)
+                    bad = None
+                    break
+                raise JournalCorruptError(
+                    f"journal record at byte {record.offset} is damaged: {reason} "
+                    "(corruption or tampering; run `tracelock verify` for details)",
+                    details={"offset": record.offset, "reason": reason},
+                )
+            if isinstance(item, tuple):
+                offset, fragment = item
+                self._handle_bad_tail(offset, fragment, "torn tail: last record has no newline")
+                break
+            problem = self._check_record(item, checker, known)
+            if problem is not None:
+                bad = (item, problem)
+                continue
+            end = item.end
+            if item.kind == ENTRY:
+                entries.append(_indexed_entry(parse_entry(item.data), item))
+            elif item.kind == PAYLOAD:
+                payloads.append(IndexedPayload(bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data)))
+            if len(entries) + len(payloads) >= 50_000:
+                self._index.add(entries, payloads, journal_end=end)
+                entries, payloads = [], []
+        if bad is not None:
+            self._handle_bad_tail(bad[0].offset, bad[0].data + b"\n", bad[1])
+        if entries or payloads or end != self._index.journal_end:
+            self._index.add(entries, payloads, journal_end=end)
+        return end
+
+    def _check_record(self, record: Record, checker: ChainChecker, known: set[bytes]) -> str | None:
+        if record.kind == ENTRY:
+            try:
+                entry = parse_entry(record.data)
+            except EntryFormatError as exc:
+                return exc.message
+            issue = checker.check(entry)
+            if issue is not None:
+                return issue.message
+            if entry.payload is not None:
+                digest = bytes.fromhex(entry.payload)
+                if digest not in known and self._index.payload_location(digest) is None:
+                    return f"entry {entry.seq} references payload {entry.payload} that is not stored"
+            return None
+        if record.kind == PAYLOAD:
+            digest = record.data[1:65]
+            if hashlib.sha256(record.data[66:]).hexdigest().encode() != digest:
+                return "payload record does not match its hash"
+            known.add(bytes.fromhex(digest.decode()))
+            return None
+        if record.kind == REDACTED:
+            if record.data[66:].strip(b" "):
+                return "redacted payload record still holds data (interrupted redaction?)"
+            known.add(bytes.fromhex(record.data[1:65].decode()))
+            return None
+        return "unrecognized record"
+
+    def _handle_bad_tail(self, offset: int, data: bytes, reason: str) -> None:
+        if self._read_only or self._wfd is None:
+            # Only a writer repairs; a reader (verify, log, show) stops before the bad tail
+            # and leaves its judgement to verification.
+            self._tail_fragment = (offset, len(data))
+            return
+        quarantine = self._path / "quarantine"
+        quarantine.mkdir(exist_ok=True)
+        saved = quarantine / f"tail-{offset}-{len(data)}.bin"
+        _write_durably(saved, data)
+        assert self._wfd is not None
+        os.ftruncate(self._wfd, offset)
+        os.fsync(self._wfd)
+        self._repairs.append(
+            Repair(
+                what=reason,
+                offset=offset,
+                length=len(data),
+                saved_to=str(saved),
+                details={"note": "never acknowledged: an acknowledged record is always complete"},
+            )
+        )
+
+    # -- properties --------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return str(self._path)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def repairs(self) -> list[Repair]:
+        return list(self._repairs)
+
+    @property
+    def tail_fragment(self) -> tuple[int, int] | None:
+        """(offset, length) of an incomplete tail a reader stopped before, if any."""
+        return self._tail_fragment
+
+    @property
+    def sync_count(self) -> int:
+        return self._log.syncs if self._log is not None else 0
+
+    # -- writing -----------------------------------------------------------------------
+    def append(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        durable: bool = True,
+    ) -> Entry:
+        return self.append_many([NewEntry(run, kind, payload, meta)], durable=durable)[0]
+
+    def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
+        log = self._writer()
+        prepared: list[tuple[NewEntry, bytes | None, bytes | None]] = []
+        for item in items:
+            if item.payload is NO_PAYLOAD:
+                prepared.append((item, None, None))
+            else:
+                canonical = dumps(item.payload)
+                prepared.append((item, canonical, hashlib.sha256(canonical).digest()))
+        out: list[Entry] = []
+        with self._lock:
+            self._check_open()
+            ts = self._clock()
+            chunks: list[bytes] = []
+            offset = log.queued_end
+            base = offset
+            for item, data, digest in prepared:
+                payload_hex = None
+                if digest is not None and data is not None:
+                    payload_hex = digest.hex()
+                    if self._payload_location(digest) is None:
+                        record = b"=" + payload_hex.encode() + b" " + data + b"\n"
+                        self._remember_payload(digest, offset, len(record) - 1)
+                        self._pending.payloads.append(
+                            (offset + len(record), IndexedPayload(digest, offset, len(record) - 1))
+                        )
+                        chunks.append(record)
+                        offset += len(record)
+                head = self._head(item.run)
+                entry = encode_entry(
+                    seq=self._next_seq,
+                    run=item.run,
+                    i=0 if head is None else head[0] + 1,
+                    kind=item.kind,
+                    payload=payload_hex,
+                    prev=None if head is None else head[1],
+                    ts=ts,
+                    meta=item.meta,
+                )
+                line = entry.line + b"\n"
+                chunks.append(line)
+                self._pending.entries.append(
+                    (offset + len(line), _indexed_entry(entry, Record(offset, ENTRY, entry.line)))
+                )
+                offset += len(line)
+                self._next_seq += 1
+                if entry.kind in TERMINAL_KINDS:
+                    self._heads.pop(entry.run, None)
+                    self._closed_here.add(entry.run)
+                else:
+                    self._heads[entry.run] = (entry.i, entry.hash)
+                out.append(entry)
+            start = log.enqueue(b"".join(chunks))
+            assert start == base, "journal offsets diverged from the queue"
+            end = log.queued_end
+            backlog = len(self._pending.entries) >= _INDEX_BATCH
+        if durable:
+            log.wait_durable(end)
+        if backlog:
+            self._flush_index()
+        return out
+
+    def _writer(self) -> GroupCommitLog:
+        if self._read_only or self._log is None:
+            raise StoreReadOnlyError(f"the store at {self._path} is open read-only")
+        return self._log
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+    def _head(self, run: str) -> tuple[int, str] | None:
+        """The run's last (index, hash), or None for a new run. Holds ``_lock``.
+
+        Every run this handle appended to is in ``_heads`` (open) or ``_closed_here``
+        (closed, index rows maybe pending), so the index is only asked about runs this
+        handle has not touched, whose rows are all in SQLite already.
+        """
+        head = self._heads.get(run)
+        if head is not None:
+            return head
+        closed = run in self._closed_here
+        if not closed:
+            with self._index_lock:
+                state = self._index.head_state(run)
+            if state is None:
+                return None
+            last_i, last_hash, closed = state
+            if not closed:
+                self._heads[run] = (last_i, last_hash)
+                return last_i, last_hash
+        raise StoreError(
+            f"run {run!r} has ended; nothing can be appended to it", details={"run": run}
+        )
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        self._writer().wait_durable()
+        self._flush_index()
+
+    def erase_payload(self, digest: str) -> bool:
+        """Overwrite a payload's bytes in place (same length; ``=`` becomes ``-``, data
+        becomes spaces) and sync. Call it after appending the redaction entry, so that a
+        crash in between leaves a recorded redaction still to be completed, never an
+        unexplained hole. Returns False if the payload was already erased."""
+        log = self._writer()
+        raw = bytes.fromhex(digest)
+        log.wait_durable()
+        self._flush_index()
+        with self._lock:
+            location = self._payload_location(raw)
+            if location is None:
+                raise PayloadMissingError(f"payload {digest} is not stored")
+            offset, length = location
+            current = os.pread(self._rfd, length, offset)
+            if current[:1] == b"-":
+                return False
+            blank = b"-" + current[1:66] + b" " * (length - 66)
+            fd = os.open(self._path / "journal.log", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.pwrite(fd, blank, offset)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            return True
+
+    # -- index maintenance ---------------------------------------------------------------
+    def _flush_pending_locked(self) -> None:
+        """Move pending index rows whose bytes were written to SQLite. Holds ``_lock``."""
+        log = self._log
+        written = log.written_end if log is not None else 0
+        entries = [item for end, item in self._pending.entries if end <= written]
+        payloads = [item for end, item in self._pending.payloads if end <= written]
+        if not entries and not payloads:
+            return
+        journal_end = max(
+            [end for end, _ in self._pending.entries if end <= written]
+            + [end for end, _ in self._pending.payloads if end <= written]
+        )
+        self._pending.entries = [(e, i) for e, i in self._pending.entries if e > written]
+        self._pending.payloads = [(e, i) for e, i in self._pending.payloads if e > written]
+        with self._index_lock:
+            self._index.add(entries, payloads, journal_end=journal_end)
+        for entry in entries:
+            if entry.closes:
+                self._closed_here.discard(entry.run)
+
+    def _flush_index(self) -> None:
+        if self._log is None:
+            return
+        self._log.flush()
+        with self._lock:
+            self._flush_pending_locked()
+
+    # -- payload locations ---------------------------------------------------------------
+    def _remember_payload(self, digest: bytes, offset: int, length: int) -> None:
+        self._payloads[digest] = (offset, length)
+        if len(self._payloads) > _PAYLOAD_CACHE:
+            self._payloads.popitem(last=False)
+
+    def _payload_location(self, digest: bytes) -> tuple[int, int] | None:
+        location = self._payloads.get(digest)
+        if location is not None:
+            self._payloads.move_to_end(digest)
+            return location
+        for _end, pending in self._pending.payloads:
+            if pending.hash == digest:
+                return pending.offset, pending.length
+        with self._index_lock:
+            location = self._index.payload_location(digest)
+        if location is not None:
+            self._remember_payload(digest, *location)
+        return location
+
+    # -- reading -----------------------------------------------------------------------
+    def _prepare_read(self) -> None:
+        self._check_open()
+        self._flush_index()
+
+    def size(self) -> int:
+        self._prepare_read()
+        with self._index_lock:
+            return self._index.entry_count
+
+    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]:
+        self._prepare_read()
+        with self._index_lock:
+            rows = self._index.runs(limit=limit, status=status)
+        return [_run_info(row) for row in rows if row.run != ADMIN_RUN]
+
+    def run_info(self, run: str) -> RunInfo:
+        self._prepare_read()
+        with self._index_lock:
+            row = self._index.run(run)
+        if row is None:
+            raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
+        return _run_info(row)
+
+    def entries(self, run: str) -> list[Entry]:
+        self._prepare_read()
+        with self._index_lock:
+            locations = self._index.entry_locations(run)
+        if not locations:
+            raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
+        return [self._read_entry(offset, length) for offset, length in locations]
+
+    def entry_at(self, seq: int) -> Entry:
+        self._prepare_read()
+        with self._index_lock:
+            location = self._index.entry_location(seq)
+        if location is None:
+            raise StoreError(f"no entry with seq {seq}")
+        return self._read_entry(*location)
+
+    def _read_entry(self, offset: int, length: int) -> Entry:
+        line = os.pread(self._rfd, length, offset)
+        try:
+            return parse_entry(line)
+        except EntryFormatError as exc:
+            raise JournalCorruptError(
+                f"entry at byte {offset} is damaged: {exc.message}", details={"offset": offset}
+            ) from None
+
+    def iter_records(self, start_offset: int = 0) -> Iterator[Record | tuple[int, bytes]]:
+        """Every record of the journal file from ``start_offset`` to the end of the file,
+        damaged ones included (verification reads the file, not the index)."""
+        self._prepare_read()
+        return scan_records(self._rfd, start_offset, None)
+
+    def iter_entries(self, start_seq: int = 0) -> Iterator[Entry]:
+        self._prepare_read()
+        start = 0
+        if start_seq:
+            with self._index_lock:
+                location = self._index.entry_location(start_seq)
+            if location is None:
+                return
+            start = location[0]
+        with self._index_lock:
+            end = self._index.journal_end
+        for record in scan_records(self._rfd, start, end):
+            if isinstance(record, Record) and record.kind == ENTRY:
+                yield self._read_line(record)
+
+    def _read_line(self, record: Record) -> Entry:
+        try:
+            return parse_entry(record.data)
+        except EntryFormatError as exc:
+            raise JournalCorruptError(
+                f"entry at byte {record.offset} is damaged: {exc.message}",
+                details={"offset": record.offset},
+            ) from None
+
+    def payload_state(self, digest: str) -> str:
+        self._prepare_read()
+        with self._lock:
+            location = self._payload_location(bytes.fromhex(digest))
+        if location is None:
+            return "missing"
+        head = os.pread(self._rfd, 1, location[0])
+        return "redacted" if head == b"-" else "present"
+
+    def payload_state_before(self, digest: str, before: int) -> str:
+        """Like :meth:`payload_state`, but only a record that starts before byte ``before``
+        and whose bytes match the hash counts (used by verification, which trusts no index)."""
+        with self._index_lock:
+            location = self._index.payload_location(bytes.fromhex(digest))
+        if location is None or location[0] >= before:
+            return "missing"
+        record = os.pread(self._rfd, location[1], location[0])
+        if record[:1] == b"-" and record[1:65] == digest.encode():
+            return "redacted"
+        if record[:1] == b"=" and hashlib.sha256(record[66:]).hexdigest() == digest:
+            return "present"
+        return "missing"
+
+    def get_payload_bytes(self, digest: str) -> bytes:
+        self._prepare_read()
+        with self._lock:
+            location = self._payload_location(bytes.fromhex(digest))
+        if location is None:
+            raise PayloadMissingError(
+                f"payload {digest} is not in the store", details={"payload": digest}
+            )
+        record = os.pread(self._rfd, location[1], location[0])
+        if record[:1] == b"-":
+            raise PayloadRedactedError(
+                f"payload {digest} was redacted", details={"payload": digest}
+            )
+        data = record[66:]
+        if record[:1] != b"=" or hashlib.sha256(data).hexdigest() != digest:
+            raise JournalCorruptError(
+                f"payload {digest} at byte {location[0]} does not match its hash",
+                details={"payload": digest, "offset": location[0]},
+            )
+        return data
+
+    def get_payload(self, digest: str) -> Any:
+        return orjson.loads(self.get_payload_bytes(digest))
+
+    # -- closing -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._log is not None:
+                try:
+                    self._log.close()
+                finally:
+                    with self._lock:
+                        self._flush_pending_locked()
+        finally:
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        index = getattr(self, "_index", None)
+        if index is not None:
+            index.close()
+        for name in ("_wfd", "_rfd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _indexed_entry(entry: Entry, record: Record) -> IndexedEntry:
+    meta = entry.meta or {}
+    status = meta.get("status")
+    agent = meta.get("agent") if entry.i == 0 else None
+    parent = meta.get("parent") if entry.i == 0 else None
+    return IndexedEntry(
+        seq=entry.seq,
+        run=entry.run,
+        i=entry.i,
+        kind=entry.kind,
+        ts=entry.ts,
+        hash=entry.hash,
+        offset=record.offset,
+        length=len(record.data),
+        agent=agent if isinstance(agent, str) else None,
+        parent=parent if isinstance(parent, str) else None,
+        status=status if isinstance(status, str) else None,
+        closes=entry.kind in TERMINAL_KINDS,
+    )
+
+
+def _run_info(row: Any) -> RunInfo:
+    return RunInfo(
+        run=row.run,
+        agent=row.agent,
+        parent=row.parent,
+        status=row.status,
+        started_ts=row.started_ts,
+        updated_ts=row.updated_ts,
+        entries=row.entries,
+        first_seq=row.first_seq,
+        last_seq=row.last_seq,
+    )

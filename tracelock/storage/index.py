@@ -1,0 +1,280 @@
+"""The store index: a SQLite cache answering "list runs" and "entries of run X" quickly.
+
+The index is derived data. It is never fsynced (``synchronous=OFF``) and may be lost or
+stale at any time: it records how far into the journal it reaches (``journal_end``, and
+the hash of the last entry it covers), and the store catches it up from there, or
+rebuilds it from scratch when it does not match the journal.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Index", "IndexedEntry", "IndexedPayload", "RunRow"]
+
+_SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    run TEXT NOT NULL UNIQUE,
+    agent TEXT,
+    parent TEXT,
+    status TEXT NOT NULL,
+    started_ts INTEGER NOT NULL,
+    updated_ts INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    entries INTEGER NOT NULL,
+    last_hash TEXT NOT NULL,
+    closed INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_ts, first_seq);
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_run ON entries (run_id, seq);
+CREATE TABLE IF NOT EXISTS payloads (
+    hash BLOB PRIMARY KEY,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    run: str
+    agent: str | None
+    parent: str | None
+    status: str
+    started_ts: int
+    updated_ts: int
+    first_seq: int
+    last_seq: int
+    entries: int
+    last_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedEntry:
+    """What the index learns from one entry line."""
+
+    seq: int
+    run: str
+    i: int
+    kind: str
+    ts: int
+    hash: str
+    offset: int
+    length: int
+    agent: str | None
+    parent: str | None
+    status: str | None
+    closes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedPayload:
+    hash: bytes
+    offset: int
+    length: int
+
+
+class Index:
+    """One SQLite file. Not thread-safe by itself: the store serializes access."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path = path
+        uri = f"file:{path}?mode={'ro' if read_only else 'rwc'}"
+        self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        self.read_only = read_only
+        if not read_only:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=OFF")
+            self._db.executescript(_SCHEMA)
+            if self.get_meta("schema") != _SCHEMA_VERSION:
+                self.reset()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def reset(self) -> None:
+        """Forget everything (before a rebuild)."""
+        self._db.executescript(
+            "DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS entries; "
+            "DROP TABLE IF EXISTS payloads; DROP TABLE IF EXISTS meta;"
+        )
+        self._db.executescript(_SCHEMA)
+        self._set_meta({"schema": _SCHEMA_VERSION, "journal_end": "0", "entries": "0", "last_hash": ""})
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        self._db.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            list(values.items()),
+        )
+
+    @property
+    def journal_end(self) -> int:
+        return int(self.get_meta("journal_end") or 0)
+
+    @property
+    def entry_count(self) -> int:
+        return int(self.get_meta("entries") or 0)
+
+    @property
+    def last_hash(self) -> str:
+        return self.get_meta("last_hash") or ""
+
+    def add(
+        self,
+        entries: Sequence[IndexedEntry],
+        payloads: Sequence[IndexedPayload],
+        *,
+        journal_end: int,
+    ) -> None:
+        """Record a batch of journal records (in journal order) in one transaction."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            if payloads:
+                db.executemany(
+                    "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
+                    [(p.hash, p.offset, p.length) for p in payloads],
+                )
+            run_ids: dict[str, int] = {}
+            rows = []
+            for entry in entries:
+                run_id = run_ids.get(entry.run)
+                if run_id is None:
+                    run_id = self._touch_run(entry)
+                    run_ids[entry.run] = run_id
+                else:
+                    self._update_run(run_id, entry)
+                rows.append((entry.seq, run_id, entry.offset, entry.length))
+            db.executemany(
+                "INSERT OR REPLACE INTO entries (seq, run_id, offset, length) VALUES (?, ?, ?, ?)",
+                rows,
+            )
+            meta = {"journal_end": str(journal_end)}
+            if entries:
+                meta["entries"] = str(entries[-1].seq + 1)
+                meta["last_hash"] = entries[-1].hash
+            self._set_meta(meta)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _touch_run(self, entry: IndexedEntry) -> int:
+        row = self._db.execute("SELECT id FROM runs WHERE run = ?", (entry.run,)).fetchone()
+        if row is not None:
+            self._update_run(int(row[0]), entry)
+            return int(row[0])
+        cursor = self._db.execute(
+            "INSERT INTO runs (run, agent, parent, status, started_ts, updated_ts, first_seq, "
+            "last_seq, entries, last_hash, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            (
+                entry.run,
+                entry.agent,
+                entry.parent,
+                entry.status or "created",
+                entry.ts,
+                entry.ts,
+                entry.seq,
+                entry.seq,
+                entry.hash,
+                int(entry.closes),
+            ),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def _update_run(self, run_id: int, entry: IndexedEntry) -> None:
+        self._db.execute(
+            "UPDATE runs SET status = COALESCE(?, status), agent = COALESCE(agent, ?), "
+            "updated_ts = ?, last_seq = ?, entries = entries + 1, last_hash = ?, closed = ? "
+            "WHERE id = ?",
+            (entry.status, entry.agent, entry.ts, entry.seq, entry.hash, int(entry.closes), run_id),
+        )
+
+    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunRow]:
+        """Runs, newest first (by start time, then journal position)."""
+        query = (
+            "SELECT run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, "
+            "entries, last_hash FROM runs"
+        )
+        args: list[Any] = []
+        if status is not None:
+            query += " WHERE status = ?"
+            args.append(status)
+        query += " ORDER BY started_ts DESC, first_seq DESC"
+        if limit is not None:
+            query += " LIMIT ?"
+            args.append(limit)
+        return [RunRow(*row) for row in self._db.execute(query, args)]
+
+    def run(self, run: str) -> RunRow | None:
+        row = self._db.execute(
+            "SELECT run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, "
+            "entries, last_hash FROM runs WHERE run = ?",
+            (run,),
+        ).fetchone()
+        return None if row is None else RunRow(*row)
+
+    def head_state(self, run: str) -> tuple[int, str, bool] | None:
+        """(index, hash, closed) of the last entry of a run; None if the run is unknown."""
+        row = self._db.execute(
+            "SELECT entries, last_hash, closed FROM runs WHERE run = ?", (run,)
+        ).fetchone()
+        if row is None:
+            return None
+        return int(row[0]) - 1, str(row[1]), bool(row[2])
+
+    def head(self, run: str) -> tuple[int, str] | None:
+        """(index, hash) of the last entry of an open run; None if unknown or closed."""
+        state = self.head_state(run)
+        if state is None or state[2]:
+            return None
+        return state[0], state[1]
+
+    def entry_locations(self, run: str) -> list[tuple[int, int]]:
+        """(offset, length) of every entry of ``run``, in order."""
+        return [
+            (int(offset), int(length))
+            for offset, length in self._db.execute(
+                "SELECT e.offset, e.length FROM entries e JOIN runs r ON r.id = e.run_id "
+                "WHERE r.run = ? ORDER BY e.seq",
+                (run,),
+            )
+        ]
+
+    def entry_location(self, seq: int) -> tuple[int, int] | None:
+        row = self._db.execute("SELECT offset, length FROM entries WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def payload_location(self, digest: bytes) -> tuple[int, int] | None:
+        row = self._db.execute(
+            "SELECT offset, length FROM payloads WHERE hash = ?", (digest,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def payload_locations(self, digests: Iterable[bytes]) -> dict[bytes, tuple[int, int]]:
+        found: dict[bytes, tuple[int, int]] = {}
+        for digest in digests:
+            location = self.payload_location(digest)
+            if location is not None:
+                found[digest] = location
+        return found
