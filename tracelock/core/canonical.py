@@ -1,74 +1,268 @@
 """RFC 8785 (JCS) canonical JSON: ``dumps`` to canonical bytes, ``loads`` as a strict parser.
 
-This is the exact reference path: a direct, readable transcription of RFC 8785 sections
-3.2.2 (serialization of primitives, with ECMAScript number formatting) and 3.2.3 (sorting
-of object members by UTF-16 code units).
+Two serializers live here and must agree byte for byte:
+
+* the **exact path** (:func:`_exact_dumps`), a direct, readable transcription of RFC 8785
+  sections 3.2.2 (serialization of primitives, with ECMAScript number formatting) and 3.2.3
+  (members sorted by their UTF-16 code units). It is the reference, and it is the only
+  place that builds error messages for ``dumps``;
+* the **fast path** (:func:`_fast_dumps`), which lets ``orjson`` write the bytes and then
+  proves, with cheap checks on the input and on the output, that they are the bytes the
+  exact path would write. Whenever a check cannot prove it, the fast path declines and
+  :func:`dumps` runs the exact path. The argument for each check is written next to it.
+
+One deliberate restriction beyond RFC 8785 keeps ``dumps`` and ``loads`` inverse to each other
+and every emitted number I-JSON (RFC 7493) interoperable: an integer outside
+``+/-(2**53-1)`` is rejected, and so is a float in that same open range below ``1e21``
+(ECMAScript would write it as such an integer, e.g. ``1e17`` as ``100000000000000000``).
+Nesting is limited to :data:`MAX_DEPTH` containers, so that acceptance never depends on
+how deep the caller's own stack happens to be.
 """
 
 from __future__ import annotations
 
+import gc
 import json
-from typing import Any
+import math
+import re
+import sys
+from functools import partial
+from itertools import chain, compress
+from operator import is_
+from typing import Any, ClassVar, Final, NoReturn
+
+import orjson
 
 from tracelock.errors import CanonicalError
 
-__all__ = ["CanonicalError", "dumps", "loads", "format_number", "MAX_SAFE_INTEGER"]
+__all__ = [
+    "CanonicalError",
+    "CanonicalUnsupportedType",
+    "CanonicalKeyType",
+    "CanonicalNotFinite",
+    "CanonicalIntegerRange",
+    "CanonicalLoneSurrogate",
+    "CanonicalDuplicateKey",
+    "CanonicalTooDeep",
+    "CanonicalCycle",
+    "CanonicalMalformed",
+    "CanonicalInvalidUtf8",
+    "dumps",
+    "loads",
+    "format_number",
+    "MAX_SAFE_INTEGER",
+    "MAX_DEPTH",
+]
 
 #: I-JSON (RFC 7493) interoperable integer range: +/-(2**53 - 1).
-MAX_SAFE_INTEGER = 2**53 - 1
+MAX_SAFE_INTEGER: Final = 2**53 - 1
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-for _c in range(0x20):
-    _ESCAPES.setdefault(chr(_c), f"\\u{_c:04x}")
+#: Most containers (objects and arrays) a value may nest, the outermost one included.
+MAX_DEPTH: Final = 128
+
+# Doubles in (MAX_SAFE_INTEGER, 1e21) are all integers (every double >= 2**52 is), and
+# ECMAScript writes them in plain integer notation, outside the I-JSON range.
+_PLAIN_INTEGER_LIMIT: Final = 1e21
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+
+
+class CanonicalUnsupportedType(CanonicalError):
+    """``dumps`` met a value of a type that has no JSON form (set, bytes, datetime, ...)."""
+
+    code: ClassVar[str] = "CANONICAL_UNSUPPORTED_TYPE"
+
+
+class CanonicalKeyType(CanonicalError):
+    """``dumps`` met an object key that is not a string."""
+
+    code: ClassVar[str] = "CANONICAL_KEY_TYPE"
+
+
+class CanonicalNotFinite(CanonicalError):
+    """NaN or an infinity: in a value given to ``dumps``, or in JSON text (``NaN``,
+    ``Infinity``, or a number too large for a double)."""
+
+    code: ClassVar[str] = "CANONICAL_NOT_FINITE"
+
+
+class CanonicalIntegerRange(CanonicalError):
+    """An integer outside +/-(2**53-1), or a number that would be written as one."""
+
+    code: ClassVar[str] = "CANONICAL_INTEGER_RANGE"
+
+
+class CanonicalLoneSurrogate(CanonicalError):
+    """A string holds a UTF-16 surrogate code point that is not part of a pair."""
+
+    code: ClassVar[str] = "CANONICAL_LONE_SURROGATE"
+
+
+class CanonicalDuplicateKey(CanonicalError):
+    """An object has the same member name twice."""
+
+    code: ClassVar[str] = "CANONICAL_DUPLICATE_KEY"
+
+
+class CanonicalTooDeep(CanonicalError):
+    """Containers nest deeper than :data:`MAX_DEPTH`."""
+
+    code: ClassVar[str] = "CANONICAL_TOO_DEEP"
+
+
+class CanonicalCycle(CanonicalError):
+    """A value given to ``dumps`` contains itself."""
+
+    code: ClassVar[str] = "CANONICAL_CYCLE"
+
+
+class CanonicalMalformed(CanonicalError):
+    """JSON text that does not follow the RFC 8259 grammar."""
+
+    code: ClassVar[str] = "CANONICAL_MALFORMED"
+
+
+class CanonicalInvalidUtf8(CanonicalError):
+    """Bytes given to ``loads`` are not valid UTF-8."""
+
+    code: ClassVar[str] = "CANONICAL_INVALID_UTF8"
+
+
+def _pointer_token(key: str) -> str:
+    """Escape one JSON Pointer reference token (RFC 6901 section 3)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _printable(text: str) -> str:
+    """``text`` with lone surrogates shown as ``\\udXXX``, so messages and details encode."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _where(pointer: str) -> str:
+    return f"at {pointer}" if pointer else "at the root"
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------
+# Numbers
 
 
 def format_number(value: float) -> str:
-    """Format a finite double as ECMAScript ``Number.prototype.toString`` does (RFC 8785 3.2.2.3)."""
-    if value != value or value in (float("inf"), float("-inf")):
-        raise CanonicalError(f"{value!r} is not a finite number and has no JSON form")
-    if value == 0:
-        return "0"  # both 0.0 and -0.0
-    sign = "-" if value < 0 else ""
-    # repr() yields the shortest digit string that round-trips, as ECMAScript requires.
-    text = repr(abs(value))
+    """Format a finite double as ECMAScript ``Number.prototype.toString`` does (RFC 8785 3.2.2.3).
+
+    ``repr`` gives the shortest digit string that round-trips (and, among those, the one
+    closest to the value), which is exactly the digit string ECMAScript uses; only the
+    notation differs. Python writes plain notation for 1e-4 <= |x| < 1e16 and exponent
+    notation otherwise; ECMAScript for 1e-6 <= |x| < 1e21. This function moves the decimal
+    point accordingly. Raises :class:`CanonicalNotFinite` for NaN and the infinities.
+    """
+    if type(value) is not float:
+        value = float(value)
+    text = float.__repr__(value)
+    if "e" not in text:
+        if text[-2:] == ".0":  # integral, below 1e16
+            return "0" if value == 0 else text[:-2]  # ECMAScript writes -0 as "0"
+        if text in ("nan", "inf", "-inf"):
+            raise CanonicalNotFinite(
+                f"{text} is not a finite number and has no JSON form", details={"value": text}
+            )
+        return text  # 1e-4 <= |x| < 1e16 with a fraction: both notations agree
     mantissa, _, exp_text = text.partition("e")
-    exponent = int(exp_text) if exp_text else 0
-    int_part, _, frac_part = mantissa.partition(".")
-    if frac_part == "0":
-        frac_part = ""
-    digits = (int_part + frac_part).lstrip("0")
-    stripped = digits.rstrip("0")
-    exponent += len(digits) - len(stripped) - len(frac_part)
-    digits = stripped
-    k = len(digits)
-    n = k + exponent  # value = 0.<digits> * 10**n
-    if k <= n <= 21:
-        return sign + digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return sign + digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return sign + "0." + "0" * (-n) + digits
-    exp_sign = "+" if n - 1 >= 0 else "-"
-    head = digits[0] + ("." + digits[1:] if k > 1 else "")
-    return f"{sign}{head}e{exp_sign}{abs(n - 1)}"
+    exponent = int(exp_text)  # value = mantissa * 10**exponent, 1 <= |mantissa| < 10
+    if exponent >= 21 or exponent <= -7:
+        return f"{mantissa}e{'+' if exponent > 0 else '-'}{abs(exponent)}"
+    # 16 <= exponent <= 20 or -6 <= exponent <= -5: ECMAScript uses plain notation here.
+    sign = "-" if mantissa[0] == "-" else ""
+    digits = mantissa.lstrip("-").replace(".", "")
+    if exponent > 0:
+        return sign + digits + "0" * (exponent + 1 - len(digits))
+    return sign + "0." + "0" * (-exponent - 1) + digits
 
 
-def _string(value: str, where: str) -> str:
+def _float_text(value: float) -> str:
+    """The canonical text of an exact ``float``, or a :class:`_Fault` (no pointer yet)."""
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CanonicalError(
-            f"lone surrogate U+{ord(value[exc.start]):04X} in string at {where}",
-            details={"path": where},
-        ) from None
-    return '"' + "".join(_ESCAPES.get(ch, ch) for ch in value) + '"'
+        text = format_number(value)
+    except CanonicalNotFinite:
+        raise _Fault(CanonicalNotFinite, f"{value!r} is not a finite number") from None
+    if MAX_SAFE_INTEGER < abs(value) < _PLAIN_INTEGER_LIMIT:
+        raise _Fault(
+            CanonicalIntegerRange,
+            f"float {value!r} would be written as the integer {text}, "
+            "outside the I-JSON range +/-(2**53-1)",
+        )
+    return text
 
 
-def _utf16_key(key: str) -> bytes:
-    return key.encode("utf-16-be", "surrogatepass")
+def _describe_int(value: int) -> str:
+    if value.bit_length() <= 256:
+        return f"integer {value}"
+    return f"integer of {value.bit_length()} bits"
 
 
-def _encode(value: Any, out: list[str], where: str) -> None:
+# --------------------------------------------------------------------------------------
+# Exact path: the reference serializer
+
+
+class _Fault(Exception):
+    """An error found while walking a value; containers add their pointer token on the way out."""
+
+    def __init__(self, kind: type[CanonicalError], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.tokens: list[str] = []  # innermost first
+        self.containers: list[int] = []  # ids of the enclosing containers, innermost first
+
+    def error(self) -> CanonicalError:
+        pointer = "".join("/" + _pointer_token(token) for token in reversed(self.tokens))
+        shown = _printable(pointer)
+        return self.kind(f"{self.message} {_where(shown)}", details={"pointer": shown})
+
+
+_ESCAPE_RE: Final = re.compile(r'[\x00-\x1f"\\]')
+_ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
+_ESCAPES["\r"] = "\\r"
+for _code in range(0x20):
+    _ESCAPES.setdefault(chr(_code), f"\\u{_code:04x}")  # RFC 8785 3.2.2.2: lowercase hex
+_SURROGATE_RE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return _ESCAPES[match.group()]
+
+
+def _quote(text: str) -> str:
+    """RFC 8785 3.2.2.2: a JSON string literal with only the mandatory escapes."""
+    lone = _SURROGATE_RE.search(text)
+    if lone is not None:
+        raise _Fault(
+            CanonicalLoneSurrogate,
+            f"lone surrogate U+{ord(lone.group()):04X} at index {lone.start()} of a string",
+        )
+    return '"' + _ESCAPE_RE.sub(_escape, text) + '"'
+
+
+def _utf16_units(member: tuple[bytes, str, str, Any]) -> bytes:
+    return member[0]
+
+
+def _encode(value: Any, out: list[str], depth: int) -> None:
+    """Append the canonical text of ``value``; ``depth`` counts its enclosing containers.
+
+    Subclasses of ``str``, ``int``, ``float``, ``dict``, ``list`` and ``tuple`` are
+    serialized by their built-in value, through the built-in methods, so that an overridden
+    ``__iter__``, ``__str__`` or ``__getitem__`` cannot change the bytes.
+    """
     if value is None:
         out.append("null")
     elif value is True:
@@ -76,130 +270,579 @@ def _encode(value: Any, out: list[str], where: str) -> None:
     elif value is False:
         out.append("false")
     elif isinstance(value, str):
-        out.append(_string(value, where))
+        out.append(_quote(str.__str__(value)))
     elif isinstance(value, int):
-        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            raise CanonicalError(
-                f"integer {value} at {where} is outside the I-JSON range +/-(2**53-1)",
-                details={"path": where},
+        number = int.__index__(value)
+        if not -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER:
+            raise _Fault(
+                CanonicalIntegerRange,
+                f"{_describe_int(number)} is outside the I-JSON range +/-(2**53-1)",
             )
-        out.append(int.__repr__(value))
+        out.append(int.__repr__(number))
     elif isinstance(value, float):
-        try:
-            out.append(format_number(value))
-        except CanonicalError:
-            raise CanonicalError(
-                f"{value!r} at {where} is not a finite number", details={"path": where}
-            ) from None
+        out.append(_float_text(float.__float__(value)))
     elif isinstance(value, dict):
-        for key in value:
+        if depth >= MAX_DEPTH:
+            raise _too_deep()
+        members: list[tuple[bytes, str, str, Any]] = []
+        for key, item in dict.items(value):
             if not isinstance(key, str):
-                raise CanonicalError(
-                    f"object key {key!r} at {where} is not a string", details={"path": where}
+                raise _Fault(
+                    CanonicalKeyType,
+                    f"object key {_short_repr(key)} ({type(key).__name__}) is not a string",
                 )
+            name = str.__str__(key)
+            try:
+                quoted = _quote(name)
+            except _Fault as fault:
+                fault.tokens.append(name)
+                raise
+            # RFC 8785 3.2.3: order by UTF-16 code units; big-endian bytes compare the same.
+            members.append((name.encode("utf-16-be"), quoted, name, item))
+        members.sort(key=_utf16_units)
         out.append("{")
-        for index, key in enumerate(sorted(value, key=_utf16_key)):
-            if index:
+        previous: bytes | None = None
+        for units, quoted, name, item in members:
+            if units == previous:  # only reachable with str subclasses that hash differently
+                duplicate = _Fault(CanonicalDuplicateKey, f"duplicate object key {quoted}")
+                duplicate.tokens.append(name)
+                raise duplicate
+            if previous is not None:
                 out.append(",")
-            child = f"{where}/{_pointer_token(key)}"
-            out.append(_string(key, child))
+            previous = units
+            out.append(quoted)
             out.append(":")
-            _encode(value[key], out, child)
+            try:
+                _encode(item, out, depth + 1)
+            except _Fault as fault:
+                fault.tokens.append(name)
+                fault.containers.append(id(value))
+                raise
         out.append("}")
     elif isinstance(value, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise _too_deep()
+        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
         out.append("[")
-        for index, item in enumerate(value):
+        for index, item in enumerate(items):
             if index:
                 out.append(",")
-            _encode(item, out, f"{where}/{index}")
+            try:
+                _encode(item, out, depth + 1)
+            except _Fault as fault:
+                fault.tokens.append(str(index))
+                fault.containers.append(id(value))
+                raise
         out.append("]")
     else:
-        raise CanonicalError(
-            f"{type(value).__name__} at {where} has no canonical JSON form",
-            details={"path": where, "type": type(value).__name__},
+        raise _Fault(
+            CanonicalUnsupportedType,
+            f"{type(value).__module__}.{type(value).__qualname__} has no canonical JSON form",
         )
 
 
-def _pointer_token(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
+def _too_deep() -> _Fault:
+    return _Fault(CanonicalTooDeep, f"containers nest deeper than {MAX_DEPTH} levels")
+
+
+def _exact_dumps(value: Any) -> bytes:
+    """The reference serializer (see the module docstring); :func:`dumps` falls back to it."""
+    out: list[str] = []
+    try:
+        _encode(value, out, 0)
+    except _Fault as fault:
+        if fault.kind is CanonicalTooDeep:
+            _raise_if_cycle(fault)
+        raise fault.error() from None
+    return "".join(out).encode("utf-8")
+
+
+def _raise_if_cycle(fault: _Fault) -> None:
+    """A nesting overflow whose path meets the same container twice is a reference cycle."""
+    outermost = list(reversed(fault.containers))  # outermost[i] is the container at depth i
+    tokens = list(reversed(fault.tokens))  # tokens[i] is the member of outermost[i] followed
+    seen: dict[int, int] = {}
+    for position, ident in enumerate(outermost):
+        if ident in seen:
+            inner = _printable("".join("/" + _pointer_token(t) for t in tokens[:position]))
+            outer = _printable("".join("/" + _pointer_token(t) for t in tokens[: seen[ident]]))
+            raise CanonicalCycle(
+                f"the container {_where(inner)} is the container {_where(outer)} (a cycle)",
+                details={"pointer": inner, "target": outer},
+            ) from None
+        seen[ident] = position
+
+
+# --------------------------------------------------------------------------------------
+# Fast path: orjson writes, cheap checks prove the bytes equal the exact path's
+
+
+_ORJSON_OPTIONS: Final = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_STRICT_INTEGER
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+_JSON_TYPES: Final = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+_IS_DICT: Final = partial(is_, dict)
+_IS_FLOAT: Final = partial(is_, float)
+_NON_BMP: Final = re.compile("[\U00010000-\U0010ffff]")
+_referents: Final = gc.get_referents
+# gc.get_referents reports the children of dict, list and tuple objects only on CPython.
+_FAST_PATH_AVAILABLE: Final = sys.implementation.name == "cpython"
+
+
+def _fast_dumps(value: Any) -> bytes | None:
+    """``orjson``'s bytes when they provably equal :func:`_exact_dumps`'s, else ``None``.
+
+    What orjson guarantees (with the options above), each covered by a test:
+    compact separators; keys sorted by code point; strings escaped exactly as RFC 8785
+    3.2.2.2 asks (the short escapes, ``\\u00xx`` in lowercase for the other controls, every
+    other character as raw UTF-8: tested over every code point); integers in decimal; and
+    an exception, never output, for lone surrogates, non-``str`` keys, integers outside
+    +/-(2**53-1), nesting beyond 254 containers, cycles, subclasses of the built-in types,
+    dataclasses and datetimes. What it does differently, and the check that catches it:
+
+    1. It also writes ``uuid.UUID``, ``enum.Enum`` members, ``orjson.Fragment`` and tuples
+       without complaint. -> Check 1 looks at the type of every node.
+    2. It writes floats its own way (``1.0``, ``-0.0``, ``1e+16``, NaN as ``null``). ->
+       Check 2 looks at every float.
+    3. It sorts keys by code point, RFC 8785 by UTF-16 code unit. -> Check 3.
+    """
+    try:
+        out = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None  # the exact path accepts it (a subclass) or raises the precise error
+
+    # Check 1: look at the type of every node, breadth first, one level at a time.
+    # gc.get_referents(*objects) returns, in one C call, the values of every dict (and its
+    # keys too when some key is not an exact str; orjson refused those), the items of every
+    # list and tuple, and nothing for str, int, float, bool and None. A level is expanded
+    # only once all its nodes are of those types, so the walk never wanders into the
+    # attributes of some other object. orjson has just written every container of the tree
+    # as a container, so the tree is finite and acyclic: the walk ends after visiting each
+    # value once per occurrence, no more nodes than orjson wrote values.
+    level = [value]
+    floats: list[float] = []
+    levels = 0
+    while True:
+        kinds = set(map(type, level))
+        if not kinds <= _JSON_TYPES:
+            return None  # UUID, Enum, Fragment, a subclass inside a tuple, ...
+        if float in kinds:
+            floats += compress(level, map(_IS_FLOAT, map(type, level)))
+        level = _referents(*level)
+        if not level:
+            break
+        levels += 1
+        # A level is non-empty only below a container: the nesting is levels or levels + 1.
+        if levels >= MAX_DEPTH:
+            return None  # possibly too deep: the exact path decides
+    # From here every node is a dict (exact-str keys), list, tuple, str, int, bool, None or
+    # float, and orjson wrote each one as RFC 8785 does, except floats and key order.
+
+    # Check 3 (key order) first, it is cheaper: UTF-16 order differs from code point order
+    # only for a key holding a character beyond U+FFFF (a surrogate pair, 0xD800-0xDFFF,
+    # sorts below U+E000-U+FFFF). In UTF-8 such a character, and nothing else, starts with
+    # a byte 0xF0-0xF4: if the output has none, no key holds one. Otherwise look at the keys.
+    if not out.isascii() and _has_four_byte_sequence(out) and _non_bmp_key(value):
+        return None
+    if floats:
+        return _settle_floats(out, floats)
+    return out
+
+
+def _has_four_byte_sequence(out: bytes) -> bool:
+    # Five memchr scans cost far less than one regex character-class scan.
+    return b"\xf0" in out or b"\xf4" in out or b"\xf1" in out or b"\xf2" in out or b"\xf3" in out
+
+
+def _non_bmp_key(value: Any) -> bool:
+    """Whether some object key in ``value`` (JSON types only) has a character beyond U+FFFF."""
+    level = [value]
+    keys: list[str] = []
+    while level:
+        keys += chain.from_iterable(compress(level, map(_IS_DICT, map(type, level))))
+        level = _referents(*level)
+    joined = "".join(keys)
+    return not joined.isascii() and _NON_BMP.search(joined) is not None
+
+
+def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
+    """Check 2: make every float token of ``out`` its RFC 8785 text, or decline."""
+    # orjson's float writer is a function of the double alone, so each float token in
+    # ``out`` is the corresponding item of ``written``.
+    written = orjson.dumps(floats)
+    ours = ",".join(map(float.__repr__, floats))
+    # Common case. A repr without "e" and without a trailing ".0" is a finite, non-integral
+    # number below 1e16 in plain notation (so below 2**52: no range issue); for those
+    # format_number returns the repr unchanged. ".0," occurs in ``ours + ","`` exactly when
+    # some repr ends with ".0", since a plain repr with a fraction never ends with "0".
+    # "n" catches "nan" and "inf". If orjson wrote the same texts, ``out`` is already exact.
+    if (
+        "e" not in ours
+        and "n" not in ours
+        and ".0," not in ours + ","
+        and written == b"[" + ours.encode("ascii") + b"]"
+    ):
+        return out
+    # Repair. For each float whose orjson text T differs from the canonical text E, replace
+    # the token T by E. A regex finds T only where a token can be: after "[", ":" or "," (or
+    # at the start) and before ",", "]" or "}" (or at the end). Outside strings, text so
+    # delimited is a whole scalar token; T contains "." or "e" and is not true/false, so it
+    # is a float token, written T, hence a float in ``floats`` with orjson text T. A match
+    # cannot straddle a string boundary (T has no '"'). So the matches are every float token
+    # with a text in ``mapping`` plus any look-alikes inside strings. Their count equals
+    # ``expected`` (floats with T != E) only if there are no look-alikes and no other float
+    # shares a text in ``mapping``: then every replacement is right. Otherwise decline.
+    try:
+        texts = [_float_text(number) for number in floats]
+    except _Fault:
+        return None  # NaN, infinity or out-of-range: the exact path names it and where
+    theirs = written[1:-1].split(b",")
+    if len(theirs) != len(texts):
+        return None
+    mapping: dict[bytes, bytes] = {}
+    expected = 0
+    for token, text in zip(theirs, texts, strict=True):
+        canonical = text.encode("ascii")
+        if token == canonical:
+            continue
+        if mapping.setdefault(token, canonical) != canonical or not _FLOAT_TOKEN.fullmatch(token):
+            return None
+        expected += 1
+    if not mapping:
+        return out
+    alternatives = b"|".join(re.escape(token) for token in sorted(mapping))
+    pattern = re.compile(rb"(?:^|(?<=[\[:,]))(?:" + alternatives + rb")(?=[,\]}]|\Z)")
+    repaired, count = pattern.subn(lambda match: mapping[match.group()], out)
+    return repaired if count == expected else None
+
+
+_FLOAT_TOKEN: Final = re.compile(rb"-?[0-9][0-9.e+\-]*[.e][0-9.e+\-]*")
 
 
 def dumps(value: Any) -> bytes:
     """Serialize ``value`` to RFC 8785 canonical JSON bytes (UTF-8).
 
-    Accepts ``dict`` (string keys), ``list``/``tuple``, ``str``, ``int`` within
-    +/-(2**53-1), finite ``float``, ``bool`` and ``None``; anything else raises
-    :class:`CanonicalError` naming the JSON pointer of the offending value.
+    Accepts ``dict`` with ``str`` keys, ``list``, ``tuple``, ``str``, ``int`` within
+    +/-(2**53-1), finite ``float`` outside (2**53-1, 1e21) in magnitude, ``bool`` and
+    ``None`` (subclasses are written as their built-in value), nested at most
+    :data:`MAX_DEPTH` containers deep. Anything else raises a :class:`CanonicalError`
+    subclass naming the JSON pointer of the offending value.
     """
-    out: list[str] = []
-    try:
-        _encode(value, out, "")
-    except RecursionError:
-        raise CanonicalError("value is nested too deeply (or contains a cycle)") from None
-    return "".join(out).encode("utf-8")
+    if _FAST_PATH_AVAILABLE:
+        out = _fast_dumps(value)
+        if out is not None:
+            return out
+    return _exact_dumps(value)
 
 
-def _reject_constant(name: str) -> Any:
-    raise CanonicalError(f"{name} is not valid JSON")
+# --------------------------------------------------------------------------------------
+# Parsing
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, val in pairs:
-        if key in result:
-            raise CanonicalError(f"duplicate object key {key!r}", details={"key": key})
-        result[key] = val
+class _Reject(Exception):
+    """Raised by the json hooks; :func:`loads` then asks the strict parser where and why."""
+
+
+def _object_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _Reject
     return result
 
 
-def _parse_int(text: str) -> int:
-    value = int(text)
-    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        raise CanonicalError(f"integer {text} is outside the I-JSON range +/-(2**53-1)")
-    return value
+def _integer_hook(text: str) -> int:
+    if len(text) <= 17:  # "-9007199254740991" has 17 characters; longer ones are out of range
+        number = int(text)
+        if -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER:
+            return number
+    raise _Reject
 
 
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise CanonicalError(f"number {text} overflows to infinity")
-    return value
+def _float_hook(text: str) -> float:
+    number = float(text)
+    if math.isinf(number) or MAX_SAFE_INTEGER < abs(number) < _PLAIN_INTEGER_LIMIT:
+        raise _Reject
+    return number
 
 
-def _check_strings(value: Any) -> None:
-    if isinstance(value, str):
-        _string(value, "")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _string(key, "")
-            _check_strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            _check_strings(item)
+def _constant_hook(name: str) -> NoReturn:
+    raise _Reject
+
+
+_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_object_hook,
+    parse_int=_integer_hook,
+    parse_float=_float_hook,
+    parse_constant=_constant_hook,
+    strict=True,
+)
+_ESCAPED_SURROGATE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def loads(data: bytes | str) -> Any:
-    """Parse JSON strictly: reject duplicate keys, NaN/Infinity, numbers that overflow,
-    lone surrogates and integers outside +/-(2**53-1), each with a :class:`CanonicalError`."""
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CanonicalError(f"invalid UTF-8 at byte {exc.start}") from None
-    else:
+    """Parse one JSON text (RFC 8259) strictly.
+
+    Rejects, each with its :class:`CanonicalError` subclass and its location (offset, line
+    and column; the JSON pointer; the key for duplicates): invalid UTF-8, malformed JSON, a
+    byte order mark, duplicate object keys, ``NaN``/``Infinity``/``-Infinity``, numbers
+    that overflow to infinity, integers outside +/-(2**53-1) and numbers that denote one
+    (``1e17``), lone surrogates (escaped or raw) and nesting beyond :data:`MAX_DEPTH`.
+    A number with a fraction or an exponent is a ``float`` even when integral (``1.0``,
+    ``1e2``); other numbers are ``int``.
+    """
+    if isinstance(data, str):
         text = data
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            snippet = raw[exc.start : exc.start + 4].hex(" ")
+            raise CanonicalInvalidUtf8(
+                f"invalid UTF-8 at byte {exc.start} ({exc.reason}: {snippet})",
+                details={"byte_offset": exc.start, "reason": exc.reason},
+            ) from None
+    else:
+        raise TypeError(f"loads() takes bytes or str, not {type(data).__name__}")
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_pairs,
-            parse_constant=_reject_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-        )
-    except json.JSONDecodeError as exc:
-        raise CanonicalError(
-            f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            details={"line": exc.lineno, "column": exc.colno, "offset": exc.pos},
-        ) from None
-    _check_strings(value)
+        value = _DECODER.decode(text)
+    except (_Reject, json.JSONDecodeError, RecursionError) as exc:
+        _strict_parse(text)  # raises the first error in document order, with its location
+        raise CanonicalMalformed(f"rejected JSON text ({exc})") from None  # pragma: no cover
+    # The json module keeps lone surrogates (raw ones, and escaped ones without a partner)
+    # and has no depth limit: look for them only when the text makes them possible.
+    if (
+        (not text.isascii() and _SURROGATE_RE.search(text) is not None)
+        or (_ESCAPED_SURROGATE.search(text) is not None and _has_surrogate(value))
+        or (text.count("[") + text.count("{") > MAX_DEPTH and _nesting(value) > MAX_DEPTH)
+    ):
+        _strict_parse(text)
+        raise CanonicalMalformed("rejected JSON text")  # pragma: no cover
     return value
+
+
+def _has_surrogate(value: Any) -> bool:
+    nodes = [value]
+    level = nodes
+    while level:
+        level = _referents(*level)
+        nodes += level
+    strings = [node for node in nodes if type(node) is str]
+    strings += chain.from_iterable(node for node in nodes if type(node) is dict)
+    return _SURROGATE_RE.search("".join(strings)) is not None
+
+
+def _nesting(value: Any) -> int:
+    """How many containers nest in ``value`` (0 for a scalar)."""
+    depth = 0
+    level = [value]
+    while True:
+        kinds = set(map(type, level))
+        if dict not in kinds and list not in kinds and tuple not in kinds:
+            return depth
+        depth += 1
+        level = _referents(*level)
+
+
+# The strict reference parser. loads() runs the json module's C scanner; when that (or a
+# check after it) rejects the text, this parser reads it again to find the first error in
+# document order and to report where it is. It is also the oracle of the loads tests.
+
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_STRING_RUN: Final = re.compile(r'[^"\\\x00-\x1f]*')
+_HEX4: Final = re.compile(r"[0-9a-fA-F]{4}")
+_SIMPLE_ESCAPES: Final = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n"}
+_SIMPLE_ESCAPES.update({"r": "\r", "t": "\t"})
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.path: list[str] = []
+
+    def fail(self, kind: type[CanonicalError], what: str, offset: int, **extra: Any) -> NoReturn:
+        line = self.text.count("\n", 0, offset) + 1
+        column = offset - self.text.rfind("\n", 0, offset)
+        pointer = _printable("".join("/" + _pointer_token(token) for token in self.path))
+        details: dict[str, Any] = {"offset": offset, "line": line, "column": column}
+        details["pointer"] = pointer
+        details.update(extra)
+        where = f"line {line}, column {column} (offset {offset})"
+        if pointer:
+            where += f", pointer {pointer}"
+        raise kind(f"{what} at {where}", details=details)
+
+    def skip(self, pos: int) -> int:
+        match = _WHITESPACE.match(self.text, pos)
+        assert match is not None
+        return match.end()
+
+    def document(self) -> Any:
+        if self.text.startswith("\ufeff"):
+            self.fail(CanonicalMalformed, "byte order mark before the JSON text", 0)
+        pos = self.skip(0)
+        value, pos = self.value(pos, 0)
+        pos = self.skip(pos)
+        if pos != len(self.text):
+            self.fail(CanonicalMalformed, "unexpected data after the JSON value", pos)
+        return value
+
+    def value(self, pos: int, depth: int) -> tuple[Any, int]:
+        text = self.text
+        char = text[pos : pos + 1]
+        if char == "{":
+            return self.object(pos, depth + 1)
+        if char == "[":
+            return self.array(pos, depth + 1)
+        if char == '"':
+            return self.string(pos)
+        for literal, result in (("true", True), ("false", False), ("null", None)):
+            if text.startswith(literal, pos):
+                return result, pos + len(literal)
+        for name in ("NaN", "Infinity", "-Infinity"):
+            if text.startswith(name, pos):
+                self.fail(CanonicalNotFinite, f"{name} is not a JSON number", pos)
+        match = _NUMBER.match(text, pos)
+        if match is None:
+            if not char:
+                self.fail(CanonicalMalformed, "expected a JSON value, found the end", pos)
+            self.fail(CanonicalMalformed, f"expected a JSON value, found {char!r}", pos)
+        return self.number(match), match.end()
+
+    def number(self, match: re.Match[str]) -> int | float:
+        literal, pos = match.group(), match.start()
+        if match.group(1) is None and match.group(2) is None:
+            if len(literal) <= 17:
+                integer = int(literal)
+                if -MAX_SAFE_INTEGER <= integer <= MAX_SAFE_INTEGER:
+                    return integer
+            shown = literal if len(literal) <= 40 else literal[:37] + "..."
+            self.fail(
+                CanonicalIntegerRange,
+                f"integer {shown} is outside the I-JSON range +/-(2**53-1)",
+                pos,
+            )
+        real = float(literal)
+        shown = literal if len(literal) <= 40 else literal[:37] + "..."
+        if math.isinf(real):
+            self.fail(CanonicalNotFinite, f"number {shown} overflows to infinity", pos)
+        if MAX_SAFE_INTEGER < abs(real) < _PLAIN_INTEGER_LIMIT:
+            self.fail(
+                CanonicalIntegerRange,
+                f"number {shown} is an integer outside the I-JSON range +/-(2**53-1)",
+                pos,
+            )
+        return real
+
+    def string(self, start: int) -> tuple[str, int]:
+        text = self.text
+        pos = start + 1
+        parts: list[str] = []
+        while True:
+            run = _STRING_RUN.match(text, pos)
+            assert run is not None
+            lone = _SURROGATE_RE.search(run.group())
+            if lone is not None:
+                self.fail(
+                    CanonicalLoneSurrogate,
+                    f"lone surrogate U+{ord(lone.group()):04X} in a string",
+                    pos + lone.start(),
+                )
+            parts.append(run.group())
+            pos = run.end()
+            char = text[pos : pos + 1]
+            if char == '"':
+                return "".join(parts), pos + 1
+            if not char:
+                self.fail(CanonicalMalformed, "unterminated string", start)
+            if char != "\\":
+                self.fail(
+                    CanonicalMalformed,
+                    f"unescaped control character U+{ord(char):04X} in a string",
+                    pos,
+                )
+            escape = text[pos + 1 : pos + 2]
+            if escape in _SIMPLE_ESCAPES:
+                parts.append(_SIMPLE_ESCAPES[escape])
+                pos += 2
+                continue
+            if escape != "u" or _HEX4.match(text, pos + 2) is None:
+                self.fail(CanonicalMalformed, "invalid escape sequence in a string", pos)
+            unit = int(text[pos + 2 : pos + 6], 16)
+            if 0xD800 <= unit <= 0xDBFF and text.startswith("\\u", pos + 6):
+                low = int(text[pos + 8 : pos + 12], 16) if _HEX4.match(text, pos + 8) else 0
+                if 0xDC00 <= low <= 0xDFFF:
+                    parts.append(chr(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)))
+                    pos += 12
+                    continue
+            if 0xD800 <= unit <= 0xDFFF:
+                self.fail(
+                    CanonicalLoneSurrogate,
+                    f"escaped lone surrogate \\u{text[pos + 2 : pos + 6]} in a string",
+                    pos,
+                )
+            parts.append(chr(unit))
+            pos += 6
+
+    def object(self, start: int, depth: int) -> tuple[dict[str, Any], int]:
+        if depth > MAX_DEPTH:
+            self.fail(CanonicalTooDeep, f"containers nest deeper than {MAX_DEPTH} levels", start)
+        result: dict[str, Any] = {}
+        pos = self.skip(start + 1)
+        if self.text.startswith("}", pos):
+            return result, pos + 1
+        while True:
+            if not self.text.startswith('"', pos):
+                self.fail(CanonicalMalformed, "expected a string key", pos)
+            key, after = self.string(pos)
+            if key in result:
+                self.path.append(key)
+                self.fail(
+                    CanonicalDuplicateKey,
+                    f"duplicate object key {_printable(json.dumps(key))}",
+                    pos,
+                    key=_printable(key),
+                )
+            pos = self.skip(after)
+            if not self.text.startswith(":", pos):
+                self.fail(CanonicalMalformed, "expected ':' after an object key", pos)
+            self.path.append(key)
+            result[key], pos = self.value(self.skip(pos + 1), depth)
+            self.path.pop()
+            pos = self.skip(pos)
+            char = self.text[pos : pos + 1]
+            if char == "}":
+                return result, pos + 1
+            if char != ",":
+                self.fail(CanonicalMalformed, "expected ',' or '}' in an object", pos)
+            pos = self.skip(pos + 1)
+
+    def array(self, start: int, depth: int) -> tuple[list[Any], int]:
+        if depth > MAX_DEPTH:
+            self.fail(CanonicalTooDeep, f"containers nest deeper than {MAX_DEPTH} levels", start)
+        result: list[Any] = []
+        pos = self.skip(start + 1)
+        if self.text.startswith("]", pos):
+            return result, pos + 1
+        while True:
+            self.path.append(str(len(result)))
+            item, pos = self.value(pos, depth)
+            self.path.pop()
+            result.append(item)
+            pos = self.skip(pos)
+            char = self.text[pos : pos + 1]
+            if char == "]":
+                return result, pos + 1
+            if char != ",":
+                self.fail(CanonicalMalformed, "expected ',' or ']' in an array", pos)
+            pos = self.skip(pos + 1)
+
+
+def _strict_parse(text: str) -> Any:
+    """The reference parser: the value of ``text``, or the first error with its location."""
+    return _Parser(text).document()

@@ -157,8 +157,57 @@ def entry_hash(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
 
 
+# The canonical layout of an entry, as one pattern: JCS member order, no whitespace, integers
+# without leading zeros or signs, lowercase hex hashes, restricted run ids and kinds. A line
+# this matches (with a canonical ``meta`` object, checked separately) is exactly what
+# ``encode_entry`` writes for the same fields, so matching it proves the canonical form
+# without re-serializing the whole line.
+_LINE = re.compile(
+    rb'\{"i":(0|[1-9][0-9]{0,15}),"kind":"([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*)",'
+    rb'(?:"meta":(\{.*\}),)?"payload":(?:null|"([0-9a-f]{64})"),'
+    rb'"prev":(?:null|"([0-9a-f]{64})"),"run":"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})",'
+    rb'"seq":(0|[1-9][0-9]{0,15}),"ts":(0|[1-9][0-9]{0,15}),"v":([0-9]+)\}'
+)
+_MAX = 2**53 - 1
+
+
 def parse_entry(line: bytes) -> Entry:
     """Parse one journal line (without newline) and check it is a canonical v1 entry."""
+    match = _LINE.fullmatch(line)
+    if match is None:
+        return _diagnose(line)
+    i_text, kind, meta_text, payload, prev, run, seq_text, ts_text, version = match.groups()
+    if version != b"1":
+        raise EntryFormatError(f"unsupported entry format version {version.decode()}")
+    i, seq, ts = int(i_text), int(seq_text), int(ts_text)
+    if i > _MAX or seq > _MAX or ts > _MAX:
+        raise EntryFormatError("an integer member exceeds 2**53-1")
+    if (i == 0) != (prev is None):
+        raise EntryFormatError("prev is null exactly for the first entry of a run")
+    meta = None
+    if meta_text is not None:
+        try:
+            meta = orjson.loads(meta_text)
+        except orjson.JSONDecodeError as exc:
+            raise EntryFormatError(f"meta is not JSON: {exc}") from None
+        if not isinstance(meta, dict) or not meta or dumps(meta) != meta_text:
+            raise EntryFormatError("meta must be a non-empty object in canonical form")
+    return Entry(
+        seq,
+        run.decode("ascii"),
+        i,
+        kind.decode("ascii"),
+        None if payload is None else payload.decode("ascii"),
+        None if prev is None else prev.decode("ascii"),
+        ts,
+        meta,
+        line,
+        hashlib.sha256(line).hexdigest(),
+    )
+
+
+def _diagnose(line: bytes) -> Entry:
+    """Explain why a line is not a canonical entry (the slow path, for error messages)."""
     try:
         doc = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -172,9 +221,6 @@ def parse_entry(line: bytes) -> Entry:
         raise EntryFormatError(f"wrong members (missing {missing}, unexpected {extra})")
     if doc["v"] != FORMAT_VERSION:
         raise EntryFormatError(f"unsupported entry format version {doc['v']!r}")
-    meta = doc.get("meta")
-    if "meta" in doc and (not isinstance(meta, dict) or not meta):
-        raise EntryFormatError("meta must be a non-empty object when present")
     for name in ("run", "kind"):
         if not isinstance(doc[name], str):
             raise EntryFormatError(f"{name} must be a string")
@@ -189,11 +235,11 @@ def parse_entry(line: bytes) -> Entry:
         payload=doc["payload"],
         prev=doc["prev"],
         ts=doc["ts"],
-        meta=meta,
+        meta=doc.get("meta"),
     )
     if entry.line != line:
         raise EntryFormatError("entry is not in canonical form")
-    return entry
+    raise EntryFormatError("entry does not match the version-1 layout")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from typing import Any, Self
 import orjson
 
 from tracelock.core.canonical import dumps
+from tracelock.core.merkle import leaf_hash
 from tracelock.core.entry import (
     ADMIN_RUN,
     TERMINAL_KINDS,
@@ -51,6 +52,7 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 from tracelock.storage.index import Index, IndexedEntry, IndexedPayload
+from tracelock.storage.merkle_tree import MerkleTreeFile
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -128,7 +130,8 @@ class DirectoryStore:
         self._repairs: list[Repair] = []
         self._closed = False
         self._lock = threading.Lock()
-        self._index_lock = threading.Lock()
+        # Re-entrant: the Merkle tree calls back for leaf hashes while a query holds it.
+        self._index_lock = threading.RLock()
         self._lock_fd: int | None = None
         self._wfd: int | None = None
         self._log: GroupCommitLog | None = None
@@ -159,6 +162,10 @@ class DirectoryStore:
             self._index = self._open_index()
             end = self._catch_up()
             self._next_seq = self._index.entry_count
+            self._tree: MerkleTreeFile | None = None
+            if self._owns_lock:
+                self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
+                self._sync_tree()
             if self._wfd is not None and not read_only:
                 self._log = GroupCommitLog(self._wfd, end)
         except BaseException:
@@ -342,6 +349,66 @@ class DirectoryStore:
             )
         )
 
+    # -- the Merkle tree ---------------------------------------------------------------
+    def _sync_tree(self) -> None:
+        """Bring the tree (a cache, like the index) to the journal's size."""
+        tree = self._tree
+        assert tree is not None
+        count = self._index.entry_count
+        if tree.problem is not None:
+            tree.rebuild(self._iter_leaf_hashes(0))
+        elif tree.size > count:
+            tree.truncate(count)
+        elif tree.size < count:
+            tree.append(self._iter_leaf_hashes(tree.size))
+        tree.flush()
+
+    def _iter_leaf_hashes(self, start_seq: int) -> Iterator[bytes]:
+        location = self._index.entry_location(start_seq) if start_seq else (0, 0)
+        if location is None:
+            return
+        for record in scan_records(self._rfd, location[0], self._index.journal_end):
+            if isinstance(record, Record) and record.kind == ENTRY:
+                yield leaf_hash(record.data)
+
+    def _leaf_hashes(self, start: int, end: int) -> list[bytes]:
+        """Leaf hashes of entries ``start .. end-1`` (all already in the index)."""
+        hashes: list[bytes] = []
+        if start >= end:
+            return hashes
+        with self._index_lock:
+            for digest in self._iter_leaf_hashes(start):
+                hashes.append(digest)
+                if len(hashes) == end - start:
+                    break
+        return hashes
+
+    def _merkle(self) -> MerkleTreeFile:
+        self._prepare_read()
+        if self._tree is None:
+            raise StoreError(
+                f"Merkle proofs need the store's lock, and another process is writing to "
+                f"{self._path}; try again when it is done"
+            )
+        return self._tree
+
+    def tree_size(self) -> int:
+        """Number of leaves (= entries) covered by the store's Merkle tree."""
+        with self._index_lock:
+            return self._merkle().size
+
+    def tree_root(self, size: int | None = None) -> bytes:
+        with self._index_lock:
+            return self._merkle().root(size)
+
+    def inclusion_proof(self, seq: int, size: int | None = None) -> list[bytes]:
+        with self._index_lock:
+            return self._merkle().inclusion_proof(seq, size)
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        with self._index_lock:
+            return self._merkle().consistency_proof(size1, size2)
+
     # -- properties --------------------------------------------------------------------
     @property
     def location(self) -> str:
@@ -523,6 +590,8 @@ class DirectoryStore:
         self._pending.payloads = [(e, i) for e, i in self._pending.payloads if e > written]
         with self._index_lock:
             self._index.add(entries, payloads, journal_end=journal_end)
+            if self._tree is not None and entries:
+                self._tree.append([entry.leaf for entry in entries])
         for entry in entries:
             if entry.closes:
                 self._closed_here.discard(entry.run)
@@ -691,6 +760,8 @@ class DirectoryStore:
                 finally:
                     with self._lock:
                         self._flush_pending_locked()
+            if self._tree is not None:
+                self._tree.flush()
         finally:
             self._closed = True
             self._release()
@@ -699,6 +770,9 @@ class DirectoryStore:
         index = getattr(self, "_index", None)
         if index is not None:
             index.close()
+        tree = getattr(self, "_tree", None)
+        if tree is not None:
+            tree.close()
         for name in ("_wfd", "_rfd"):
             fd = getattr(self, name, None)
             if fd is not None:
@@ -733,6 +807,7 @@ def _indexed_entry(entry: Entry, record: Record) -> IndexedEntry:
         parent=parent if isinstance(parent, str) else None,
         status=status if isinstance(status, str) else None,
         closes=entry.kind in TERMINAL_KINDS,
+        leaf=leaf_hash(entry.line),
     )
 
 

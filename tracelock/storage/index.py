@@ -80,6 +80,7 @@ class IndexedEntry:
     parent: str | None
     status: str | None
     closes: bool
+    leaf: bytes = b""  # the entry's Merkle leaf hash (kept for the tree, not stored here)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,92 @@
+"""The execution fingerprint: SHA-256 over the canonical deterministic projection of a run.
+
+Same input + same configuration + same recorded effects = same fingerprint, on every
+machine. The projection keeps what decides the execution path and drops what does not:
+timestamps, run ids, durations, logs, reasoning text, and the completion order of gathered
+effects (gathered effects are listed by step, which is assigned in argument order).
+See ``docs/spec.md`` section 5 for the normative definition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tracelock.core.canonical import dumps
+
+__all__ = [
+    "FINGERPRINT_VERSION",
+    "VALUE_EXCLUDED_KINDS",
+    "value_hash",
+    "effect_projection",
+    "run_projection",
+    "fingerprint",
+]
+
+FINGERPRINT_VERSION = 1
+
+#: Effect kinds whose recorded result is a wall-clock reading: it is replayed, but it is not
+#: part of the fingerprint (a timestamp never reaches a hashed value).
+VALUE_EXCLUDED_KINDS = frozenset({"clock.now"})
+
+
+def value_hash(value: Any) -> str:
+    """SHA-256 (hex) of a JSON value's canonical form."""
+    return hashlib.sha256(dumps(value)).hexdigest()
+
+
+def effect_projection(effect: Mapping[str, Any]) -> dict[str, Any]:
+    """The deterministic part of one recorded effect."""
+    kind = effect["kind"]
+    succeeded = effect.get("outcome") == "SUCCESS"
+    projected: dict[str, Any] = {
+        "step": effect["step"],
+        "kind": kind,
+        "name": effect["name"],
+        "class": effect["class"],
+        "args": value_hash(effect.get("args")),
+        "result": (
+            value_hash(effect.get("result"))
+            if succeeded and kind not in VALUE_EXCLUDED_KINDS
+            else None
+        ),
+        "outcome": effect.get("outcome"),
+        "code": effect.get("code"),
+        "attempts": effect.get("attempts", 1),
+        "timeout_ms": effect.get("timeout_ms"),
+    }
+    sandbox = effect.get("sandbox")
+    if sandbox is not None:
+        projected["sandbox"] = {"before": sandbox.get("before"), "after": sandbox.get("after")}
+    return projected
+
+
+def run_projection(
+    *,
+    agent: str,
+    input: Any,
+    policy_hash: str | None,
+    effects: Iterable[Mapping[str, Any]],
+    routing: Iterable[Mapping[str, Any]],
+    output: Any,
+    outcome: str,
+    code: str | None,
+) -> dict[str, Any]:
+    """The canonical deterministic projection of a whole run."""
+    return {
+        "v": FINGERPRINT_VERSION,
+        "agent": agent,
+        "input": value_hash(input),
+        "policy": policy_hash,
+        "effects": [effect_projection(effect) for effect in sorted(effects, key=lambda e: e["step"])],
+        "routing": [dict(decision) for decision in routing],
+        "output": value_hash(output) if outcome == "SUCCESS" else None,
+        "outcome": outcome,
+        "code": code,
+    }
+
+
+def fingerprint(projection: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical projection."""
+    return hashlib.sha256(dumps(projection)).hexdigest()
