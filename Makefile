@@ -28,8 +28,31 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check tracelock tests bench
 
-bench: $(STAMP)
-	$(BIN)/python -m bench
+# `make bench` (full: 10k runs per system) or `make bench QUICK=1` (~500 runs). It uses its own
+# environment, .venv-bench (the project plus the peers it is compared with), never .venv, and is
+# not part of `make test`. Each peer is installed on its own: one that fails to install is
+# reported as such by the harness (see .venv-bench/install-<peer>.log), and the rest still run.
+BENCH_VENV := .venv-bench
+BENCH_BIN := $(BENCH_VENV)/bin
+BENCH_STAMP := $(BENCH_VENV)/.installed
+BENCH_PEERS := dbos langgraph langgraph-checkpoint-sqlite intentusnet
+BENCH_PIP := $(BENCH_BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -c bench/requirements-peers.txt
+QUICK ?=
+BENCH_FLAGS := $(if $(QUICK),--quick,)
+
+bench:
+	test -x $(BENCH_BIN)/python || $(PYTHON) -m venv $(BENCH_VENV)
+	if [ ! -f $(BENCH_STAMP) ] || [ -n "$$(find pyproject.toml constraints.txt bench/requirements-peers.txt -newer $(BENCH_STAMP))" ]; then \
+	  $(BENCH_PIP) -e . rfc8785 || exit 1; \
+	  complete=1; \
+	  for extra in matplotlib $(BENCH_PEERS); do \
+	    $(BENCH_PIP) $$extra > $(BENCH_VENV)/install-$$extra.log 2>&1 \
+	      || { complete=0; echo "bench: $$extra did not install, see $(BENCH_VENV)/install-$$extra.log"; }; \
+	  done; \
+	  if [ $$complete = 1 ]; then touch $(BENCH_STAMP); fi; \
+	fi
+	$(BENCH_BIN)/python -m bench $(BENCH_FLAGS)
+	$(BENCH_BIN)/python -m bench.peers $(BENCH_FLAGS)
 
 lock: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'

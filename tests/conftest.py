@@ -26,3 +26,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture(autouse=True)
+def _strict_mode_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strict mode is on in tests: agent code that reaches for nondeterminism fails loudly.
+    Tests about nondeterminism itself pass ``strict=False`` explicitly."""
+    from tracelock.runtime import runtime
+
+    monkeypatch.setattr(runtime, "STRICT_BY_DEFAULT", True)

@@ -1,10 +1,38 @@
 """tracelock: provably deterministic execution for AI agents.
 
 The public API is what this module exports; everything else is private by convention.
+``tracelock.canonical`` (RFC 8785) and ``tracelock.merkle`` (RFC 9162 proofs) are public
+modules too.
 """
 
 from tracelock.errors import TracelockError
+from tracelock.runtime.context import RunContext, Task
+from tracelock.runtime.errors import DivergenceError, StepError
+from tracelock.runtime.outcomes import Outcome, Phase
+from tracelock.runtime.policy import Policy
+from tracelock.runtime.runtime import AsyncRunContext, RunResult, Runtime
+from tracelock.runtime.toolkit import Intent, Toolkit
+from tracelock.runtime.tools import RetryPolicy
+from tracelock.runtime.workflow import Workflow, WorkflowStep
 from tracelock.storage.open import open_store
 
-__all__ = ["TracelockError", "open_store"]
+__all__ = [
+    "AsyncRunContext",
+    "DivergenceError",
+    "Intent",
+    "Outcome",
+    "Phase",
+    "Policy",
+    "RetryPolicy",
+    "RunContext",
+    "RunResult",
+    "Runtime",
+    "StepError",
+    "Task",
+    "Toolkit",
+    "TracelockError",
+    "Workflow",
+    "WorkflowStep",
+    "open_store",
+]
 __version__ = "0.1.0"

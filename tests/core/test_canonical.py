@@ -359,14 +359,17 @@ def test_dumps_reports_cycles() -> None:
 
 def test_depth_limit() -> None:
     for kind in ("list", "dict"):
-        deepest = nest(MAX_DEPTH, kind=kind)
-        assert loads(dumps(deepest)) == deepest
-        assert _exact_dumps(deepest) == dumps(deepest)
-        assert dumps(nest(MAX_DEPTH, leaf=[], kind=kind)[0 if kind == "list" else "k"])
+        deepest = nest(MAX_DEPTH, kind=kind)  # MAX_DEPTH containers around a 1
+        data = dumps(deepest)
+        assert data == _exact_dumps(deepest)
+        assert loads(data) == deepest
+        assert dumps(nest(MAX_DEPTH - 1, leaf=[], kind=kind))  # the innermost one empty
         with pytest.raises(CanonicalTooDeep):
             dumps(nest(MAX_DEPTH + 1, kind=kind))
         with pytest.raises(CanonicalTooDeep):
-            loads(_exact_dumps(nest(MAX_DEPTH - 1, kind=kind)).replace(b"1", b"[[]]"))
+            _exact_dumps(nest(MAX_DEPTH, leaf=[], kind=kind))
+        with pytest.raises(CanonicalTooDeep):
+            loads(data.replace(b"1", b"[]"))
 
 
 # --------------------------------------------------------------------------------------
@@ -458,6 +461,82 @@ def test_fast_path_is_exact_on_edge_values() -> None:
         exact = _exact_dumps(value)
         assert fast is None or fast == exact
         assert dumps(value) == exact
+
+
+# --------------------------------------------------------------------------------------
+# What the fast path's proof assumes of orjson and of CPython
+
+
+class Sub(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\ud800",
+        {"\udfff": 1},
+        {1: 2},
+        {Sub("k"): 1},
+        2**53,
+        -(2**53),
+        nest(255),
+        Sub("x"),
+        MyInt(1),
+        MyFloat(1.0),
+        MyDict(),
+        MyList(),
+        Point(1, 2.0),
+        Record(),
+        datetime.datetime(2024, 1, 1),
+        datetime.date(2024, 1, 1),
+        datetime.time(1),
+        decimal.Decimal(1),
+        b"x",
+        {1, 2},
+        object(),
+    ],
+)
+def test_orjson_refuses(value: Any) -> None:
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps(value, option=canonical._ORJSON_OPTIONS)
+
+
+def test_orjson_cycles_are_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps(loop, option=canonical._ORJSON_OPTIONS)
+
+
+def test_orjson_writes_these_without_complaint() -> None:
+    # The reason for check 1: the fast path must see these types and decline.
+    for value in (uuid.UUID(int=1), Plain.A, Color.RED, Mood.HAPPY, orjson.Fragment(b"{}")):
+        orjson.dumps(value, option=canonical._ORJSON_OPTIONS)
+        assert _fast_dumps([value]) is None
+
+
+def test_referents_visit_every_value() -> None:
+    leaves = ["s", 1, 2.5, True, None, orjson.Fragment(b"1"), uuid.UUID(int=1), Plain.A]
+    split = Record().__dict__  # a split-table dict
+    split.update({f"k{i}": leaf for i, leaf in enumerate(leaves)})
+    general: dict[Any, Any] = {0: None}
+    del general[0]  # a dict whose table once held a non-str key
+    general.update({f"k{i}": leaf for i, leaf in enumerate(leaves)})
+    containers: list[Any] = [
+        leaves,
+        tuple(leaves),
+        {f"k{i}": leaf for i, leaf in enumerate(leaves)},
+        split,
+        general,
+    ]
+    for container in containers:
+        values = container.values() if isinstance(container, dict) else container
+        found = canonical._referents(container)
+        for leaf in values:
+            assert any(item is leaf for item in found), (type(container), leaf)
+    for scalar in ("s", 1, 2.5, True, None):
+        assert canonical._referents(scalar) == []
 
 
 # --------------------------------------------------------------------------------------

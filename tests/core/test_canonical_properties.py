@@ -8,11 +8,13 @@ import math
 import struct
 from typing import Any
 
+import orjson
 import rfc8785
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tracelock.core.canonical import (
+    _ORJSON_OPTIONS,
     MAX_SAFE_INTEGER,
     CanonicalError,
     CanonicalIntegerRange,
@@ -24,6 +26,7 @@ from tracelock.core.canonical import (
     loads,
 )
 
+OPTIONS = _ORJSON_OPTIONS
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Characters that matter to escaping and to UTF-16 ordering: controls, the escaped ones,
@@ -185,3 +188,14 @@ def test_loads_agrees_with_the_reference_parser(text: str) -> None:
     assert _outcome(loads, data) == expected
     if expected[0] == "ok":
         assert dumps(loads(dumps(loads(text)))) == dumps(loads(text))
+
+
+@SETTINGS
+@given(st.lists(finite_floats, min_size=1, max_size=10))
+def test_orjson_writes_a_float_the_same_wherever_it_is(numbers: list[float]) -> None:
+    # The fast path's float check compares orjson's text of the floats alone with their
+    # canonical text, and assumes a float is written the same inside any document.
+    alone = [orjson.dumps(number) for number in numbers]
+    assert orjson.dumps(numbers) == b"[" + b",".join(alone) + b"]"
+    nested = orjson.dumps({"a": [{"b": number} for number in numbers]}, option=OPTIONS)
+    assert nested == b'{"a":[' + b",".join(b'{"b":' + text + b"}" for text in alone) + b"]}"

@@ -16,7 +16,8 @@ from tracelock.cli.common import (
     reports_errors,
     store_option,
 )
-from tracelock.core.entry import Entry
+from tracelock.cli.describe import Describer
+from tracelock.errors import UsageError
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
 from tracelock.storage.verify import verify_run, verify_store
@@ -70,14 +71,6 @@ def log_command(limit: int | None, status: str | None, store_path: Path, as_json
     emit(as_json, document, text)
 
 
-def describe_entry(entry: Entry) -> str:
-    """One readable line for an entry (the runtime's kinds get richer descriptions in show)."""
-    meta = entry.meta or {}
-    details = " ".join(f"{key}={value}" for key, value in sorted(meta.items()))
-    payload = f" payload={entry.payload[:12]}" if entry.payload else ""
-    return f"{entry.i:>4}  {format_ts(entry.ts)}  {entry.kind:<18} {details}{payload}".rstrip()
-
-
 @click.command("show")
 @click.argument("run_id")
 @click.option("--payloads", is_flag=True, help="Include each entry's payload.")
@@ -91,22 +84,21 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
         info = store.run_info(run_id)
         entries = store.entries(run_id)
         bodies: dict[str, Any] = {}
-        if payloads:
-            for entry in entries:
-                if entry.payload and entry.payload not in bodies:
-                    state = store.payload_state(entry.payload)
-                    bodies[entry.payload] = (
-                        store.get_payload(entry.payload)
-                        if state == "present"
-                        else {"__tracelock__": state}
-                    )
+        for entry in entries:
+            if entry.payload and entry.payload not in bodies:
+                state = store.payload_state(entry.payload)
+                bodies[entry.payload] = (
+                    store.get_payload(entry.payload) if state == "present" else {"__tracelock__": state}
+                )
+    describer = Describer()
+    summaries = [describer(entry, bodies.get(entry.payload or "")) for entry in entries]
     document: dict[str, Any] = {
         "ok": True,
         "run": info.to_dict(),
         "entries": [
-            dict(entry.to_dict(), hash=entry.hash)
+            dict(entry.to_dict(), hash=entry.hash, summary=summary)
             | ({"payload_value": bodies.get(entry.payload)} if payloads and entry.payload else {})
-            for entry in entries
+            for entry, summary in zip(entries, summaries, strict=True)
         ],
     }
 
@@ -115,8 +107,8 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
             f"run {info.run}  status={info.status}  agent={info.agent or '-'}  "
             f"started={format_ts(info.started_ts)}  entries={info.entries}"
         ]
-        for entry in entries:
-            lines.append(describe_entry(entry))
+        for entry, summary in zip(entries, summaries, strict=True):
+            lines.append(f"{entry.i:>4}  {format_ts(entry.ts)}  {summary}")
             if payloads and entry.payload:
                 lines.append(f"        {bodies.get(entry.payload)!r}")
         return "\n".join(lines)
@@ -125,12 +117,39 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
 
 
 @click.command("verify")
-@click.argument("run_id", required=False)
+@click.argument("target", required=False)
+@click.option("--key", "keys", multiple=True, help="Bundle: pinned public key of the signer (.vkey, .pub or hex; repeatable).")
+@click.option("--origin", default=None, help="Bundle: the log origin the checkpoint must name.")
+@click.option("--allow-open", is_flag=True, help="Bundle: accept runs that have not ended.")
+@click.option("--run", "runs", multiple=True, help="Bundle: a run that must be in it (repeatable).")
+@click.option("--replay", default=None, metavar="MODULE:AGENT", help="Bundle: also re-execute the agent against its runs.")
 @store_option
 @json_option
 @reports_errors
-def verify_command(run_id: str | None, store_path: Path, as_json: bool) -> None:
-    """Recompute every hash of one run, or of the whole store; exit 1 on any failure."""
+def verify_command(
+    target: str | None,
+    keys: tuple[str, ...],
+    origin: str | None,
+    allow_open: bool,
+    runs: tuple[str, ...],
+    replay: str | None,
+    store_path: Path,
+    as_json: bool,
+) -> None:
+    """Verify a bundle offline (TARGET is an existing directory, .zip or .tar; needs --key),
+    or recompute every hash of one run (TARGET is a run id) or of the whole store.
+    Exit 1 on any failure."""
+    if target is not None and Path(target).exists():
+        from tracelock.cli.cmd_evidence import verify_bundle_target
+
+        verify_bundle_target(
+            Path(target), keys=keys, origin=origin, allow_open=allow_open, replay=replay,
+            runs=runs, as_json=as_json,
+        )
+        return
+    if keys or origin or allow_open or runs or replay:
+        raise UsageError(f"no bundle at {target}" if target else "give the bundle to verify")
+    run_id = target
     with open_for_reading(store_path) as store:
         repairs = _repairs_note(store)
         if run_id is None:

@@ -9,6 +9,13 @@ import click
 # Each module exposes COMMANDS: a list of click commands to register.
 _COMMAND_MODULES = [
     "tracelock.cli.cmd_store",
+    "tracelock.cli.cmd_run",
+    "tracelock.cli.cmd_demo",
+    "tracelock.cli.cmd_replay",
+    "tracelock.cli.cmd_recover",
+    "tracelock.cli.cmd_scan",
+    "tracelock.cli.cmd_keys",
+    "tracelock.cli.cmd_evidence",
 ]
 
 

@@ -28,7 +28,6 @@ from typing import Any, Self
 import orjson
 
 from tracelock.core.canonical import dumps
-from tracelock.core.merkle import leaf_hash
 from tracelock.core.entry import (
     ADMIN_RUN,
     TERMINAL_KINDS,
@@ -38,6 +37,7 @@ from tracelock.core.entry import (
     encode_entry,
     parse_entry,
 )
+from tracelock.core.merkle import leaf_hash
 from tracelock.storage.backend import NO_PAYLOAD, NewEntry, Repair, RunInfo
 from tracelock.storage.errors import (
     JournalCorruptError,
@@ -52,7 +52,6 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 from tracelock.storage.index import Index, IndexedEntry, IndexedPayload
-from tracelock.storage.merkle_tree import MerkleTreeFile
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -61,6 +60,7 @@ from tracelock.storage.journal_file import (
     Record,
     scan_records,
 )
+from tracelock.storage.merkle_tree import MerkleTreeFile
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 

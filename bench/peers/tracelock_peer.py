@@ -1,0 +1,72 @@
+"""tracelock: a Runtime over a fresh directory store, the workload of ``bench.workload``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from bench import workload
+from bench.peers.base import System
+from tracelock.runtime.runtime import Runtime
+
+
+class Tracelock(System):
+    key = "tracelock"
+    title = "tracelock"
+    distributions = ("tracelock",)
+    app_module = "tracelock_app"
+    durability = "hash-chained journal, fsynced (group commit) before run() returns"
+    recovery = "Runtime.recover() (resumes every unfinished run from its journal)"
+    replay = "Runtime.replay(run_id) (re-executes the current code against the record)"
+
+    def open(self, root: Path) -> None:
+        self.runtime = Runtime(root / "store", workload.POLICY, toolkits=(workload.kit,))
+        self.run_ids: list[str] = []
+
+    def run(self, number: int) -> Any:
+        result = self.runtime.run(workload.agent, workload.task(number))
+        if not result.ok:
+            raise RuntimeError(f"tracelock run failed: {result.code} {result.error}")
+        self.run_ids.append(result.run_id)
+        return result.output
+
+    def replay_all(self, limit: int) -> tuple[list[float], int]:
+        """Replay (up to ``limit``) recorded runs: per-run seconds, and how many matched."""
+        samples, matched = [], 0
+        for run_id in self.run_ids[:limit]:
+            started = time.perf_counter()
+            report = self.runtime.replay(run_id, workload.agent)
+            samples.append(time.perf_counter() - started)
+            matched += report.matched
+        return samples, matched
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    @staticmethod
+    def _runtime(app: ModuleType | None, root: Path) -> Runtime:
+        assert app is not None
+        return Runtime(root / "store", workload.POLICY, toolkits=(app.kit,))
+
+    def child_run(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> Any:
+        assert app is not None
+        return self._runtime(app, root).run(app.agent, task, run_id=run_id).output
+
+    def child_recover(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> dict[str, Any]:
+        runtime = self._runtime(app, root)
+        report = runtime.recover()
+        row = next(row for row in report.runs if row["run"] == run_id)
+        result = runtime.retrieve(run_id)
+        noticed = row.get("error_kind") is not None
+        said = f"{row['error_kind']}: {row['reason']}" if noticed else f"run {row['from']} -> {row['to']}"
+        return {"output": result.output, "status": result.status, "said": said, "noticed": noticed}
+
+    def child_replay(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> dict[str, Any]:
+        report = self._runtime(app, root).replay(run_id)
+        said = "replay matched" if report.matched else str((report.divergence or {}).get("message"))
+        return {"output": None, "status": "replayed", "said": said, "noticed": not report.matched}
+
+
+SYSTEM = Tracelock()

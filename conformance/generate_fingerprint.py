@@ -1,0 +1,41 @@
+"""Write the golden fingerprint vectors: ``python conformance/generate_fingerprint.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from fingerprint_cases import CASES, record_case  # noqa: E402
+
+
+def main() -> None:
+    out = HERE / "fingerprint"
+    out.mkdir(exist_ok=True)
+    for name in CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            lines, run_id = record_case(name, Path(tmp) / "store")
+        entries = [line for line in lines if line.startswith(b"{")]
+        end = json.loads(entries[-1])
+        assert end["kind"] == "run.end"
+        payloads = {line[1:65].decode(): line[66:] for line in lines if line.startswith(b"=")}
+        fingerprint = json.loads(payloads[end["payload"]])["fingerprint"]
+        vector = {
+            "description": f"case {name}: the journal of one run and its expected fingerprint",
+            "run": run_id,
+            "journal": [line.decode("utf-8") for line in lines],
+            "entry_hashes": [hashlib.sha256(line).hexdigest() for line in entries],
+            "fingerprint": fingerprint,
+        }
+        (out / f"{name}.json").write_text(json.dumps(vector, indent=2, ensure_ascii=False) + "\n")
+        print(f"{name}: {fingerprint}")
+
+
+if __name__ == "__main__":
+    main()

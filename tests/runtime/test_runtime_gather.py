@@ -1,0 +1,116 @@
+"""``ctx.gather``: results in argument order, completion order recorded and replayed, step
+numbers assigned in argument order, fingerprints independent of completion order."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
+
+from tracelock.runtime.errors import StepError
+from tracelock.runtime.runtime import Runtime, RunResult
+
+POLICY = allow("fetch")
+
+
+class Race:
+    """Makes the member named ``slow`` finish after every other member has finished: it waits
+    until the fast ones have started, then sleeps a little (real time) before returning."""
+
+    def __init__(self, slow: str) -> None:
+        self.slow = slow
+        self.fast_started = threading.Event()
+        self.calls = Counter[str]()
+        self.finished: list[str] = []
+        self.lock = threading.Lock()
+
+    def fetch(self, name: str) -> str:
+        with self.lock:
+            self.calls[name] += 1
+        if name == self.slow:
+            self.fast_started.wait(5)
+            time.sleep(0.3)
+        else:
+            self.fast_started.set()
+        with self.lock:
+            self.finished.append(name)
+        return f"page {name}"
+
+
+def gather_runtime(tmp_path: Path, race: Race, store: str = "store") -> Runtime:
+    runtime = runtime_at(tmp_path, POLICY, store=store)
+    runtime.tool(name="fetch")(race.fetch)
+    return runtime
+
+
+def agent(ctx: Any, names: list[str]) -> Any:
+    pages = ctx.gather(*(ctx.task("fetch", name=name) for name in names))
+    after = ctx.random()  # the next step is numbered after every gathered member
+    return {"pages": pages, "after": after}
+
+
+def test_results_come_in_argument_order_and_completion_order_is_recorded(tmp_path: Path) -> None:
+    race = Race(slow="first")
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second"])
+        assert race.finished == ["second", "first"]  # the second really finished first
+        assert result.output["pages"] == ["page first", "page second"]
+        record = record_of(runtime, result.run_id)
+        assert record.gather_orders == {0: [1, 0]}
+        assert [record.effects[s]["args"] for s in (0, 1)] == [{"name": "first"}, {"name": "second"}]
+        assert record.effects[2]["kind"] == "random"
+        entries = [entry.kind for entry in runtime.store.entries(result.run_id)]
+        assert entries.index("gather.order") > entries.index("effect")
+        assert_store_ok(runtime.store)
+
+
+def test_replay_of_a_gather_matches_and_calls_no_tool(tmp_path: Path) -> None:
+    race = Race(slow="first")
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second", "third"])
+        assert record_of(runtime, result.run_id).gather_orders[0][-1] == 0
+        calls = Counter(race.calls)
+        size = runtime.store.size()
+        report = runtime.replay(result.run_id, agent)
+        assert report.matched, report.divergence
+        assert report.replayed_fingerprint == result.fingerprint
+        assert race.calls == calls
+        assert runtime.store.size() == size
+
+
+def test_the_fingerprint_does_not_depend_on_completion_order(tmp_path: Path) -> None:
+    results: list[RunResult] = []
+    orders = []
+    for index, slow in enumerate(("first", "second")):
+        race = Race(slow=slow)
+        with gather_runtime(tmp_path, race, store=f"store-{index}") as runtime:
+            results.append(runtime.run(agent, ["first", "second"]))
+            orders.append(record_of(runtime, results[-1].run_id).gather_orders[0])
+    assert orders == [[1, 0], [0, 1]]
+    assert results[0].output == results[1].output
+    assert results[0].fingerprint == results[1].fingerprint
+
+
+def test_a_failing_member_raises_after_every_member_is_recorded(tmp_path: Path) -> None:
+    race = Race(slow="none")
+    with gather_runtime(tmp_path, race) as runtime:
+
+        def failing(ctx: Any, _: Any) -> Any:
+            try:
+                ctx.gather(ctx.task("fetch", name="ok"), ctx.task("missing"), ctx.task("fetch", name=7))
+            except StepError as failure:
+                return [failure.step, failure.step_code]
+            return None
+
+        result = runtime.run(failing)
+        assert result.output == [1, "TOOL_UNKNOWN"]  # the first failure in argument order
+        record = record_of(runtime, result.run_id)
+        assert [record.effects[s]["outcome"] for s in range(3)] == ["SUCCESS", "VALIDATION_ERROR", "VALIDATION_ERROR"]
+        assert record.effects[2]["code"] == "ARGS_SCHEMA_MISMATCH"
+        assert sorted(record.gather_orders[0]) == [0, 1, 2]
+        assert race.calls == Counter(ok=1)
+        assert runtime.replay(result.run_id, failing).matched

@@ -1,0 +1,205 @@
+"""Replay, fork, drift and diff: ``replay``, ``fork``, ``drift``, ``diff``."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracelock.cli.cmd_run import result_text, runtime_for
+from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_errors, store_option
+from tracelock.cli.loading import import_agent, read_json_file, toolkits_for_runs
+from tracelock.errors import UsageError
+from tracelock.runtime.compare import first_difference, projection_of, step_table
+from tracelock.runtime.drift import detect_drift
+from tracelock.runtime.fork import fork_run
+from tracelock.runtime.gate import replay_all
+from tracelock.runtime.records import load_run
+from tracelock.runtime.runtime import Runtime
+from tracelock.runtime.toolkit import Toolkit
+from tracelock.storage.open import open_store
+
+
+def _since_ms(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--since takes an ISO 8601 time or milliseconds, not {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _divergence_text(divergence: dict[str, Any]) -> list[str]:
+    lines = [f"  {divergence.get('kind')}: {divergence.get('message')}"]
+    for change in divergence.get("diff", [])[:10]:
+        if change["op"] == "changed":
+            lines.append(f"    {change['path']}: recorded {change['recorded']!r}, requested {change['requested']!r}")
+        elif change["op"] == "added":
+            lines.append(f"    {change['path']}: added {change['requested']!r}")
+        else:
+            lines.append(f"    {change['path']}: removed (was {change['recorded']!r})")
+    return lines
+
+
+@click.command("replay")
+@click.argument("run_id", required=False)
+@click.option("--all", "replay_every", is_flag=True, help="Replay every ended run in the store (the replay gate).")
+@click.option("--since", default=None, help="With --all: only runs started at or after this time (ISO 8601 or ms).")
+@click.option("--agent", default=None, help="module:function to replay with (default: the recorded agent).")
+@store_option
+@json_option
+@reports_errors
+def replay_command(
+    run_id: str | None, replay_every: bool, since: str | None, agent: str | None, store_path: Path, as_json: bool
+) -> None:
+    """Re-execute a run's agent code with every effect answered from the journal.
+
+    Exit 0 when it matches, 1 on divergence (the step, what was recorded, what was requested,
+    and the differing fields as JSON pointers)."""
+    if replay_every == (run_id is not None):
+        raise UsageError("give a RUN_ID or --all")
+    func: Any = None
+    toolkits: list[Toolkit]
+    if agent is not None:
+        func, toolkits = import_agent(agent)
+    else:
+        toolkits = toolkits_for_runs(store_path, None if replay_every else [run_id or ""])
+    with runtime_for(store_path, toolkits=toolkits) as runtime:
+        if replay_every:
+
+            def progress(done: int, total: int) -> None:
+                if not as_json and (done % 100 == 0 or done == total):
+                    click.echo(f"... {done}/{total} runs replayed", err=True)
+
+            gate = replay_all(runtime, since_ms=_since_ms(since), agent=func, progress=progress)
+            document = gate.to_dict()
+
+            def gate_text() -> str:
+                lines = [f"{'RUN':<28} {'AGENT':<28} RESULT"]
+                for failed in gate.diverged:
+                    lines.append(f"{failed['run']:<28} {failed['agent']!s:<28} DIVERGED")
+                    lines.extend(_divergence_text(failed["divergence"] or {}))
+                for skipped in gate.skipped:
+                    lines.append(f"{skipped['run']:<28} {skipped['agent']!s:<28} NOT LOADABLE: {skipped['reason']}")
+                lines.append(
+                    f"{gate.checked} replayed, {gate.matched} matched, {len(gate.diverged)} diverged, "
+                    f"{len(gate.skipped)} not loadable: {'PASS' if gate.ok else 'FAIL'}"
+                )
+                return "\n".join(lines)
+
+            emit(as_json, document, gate_text)
+            if not gate.ok:
+                sys.exit(EXIT_CHECK_FAILED)
+            return
+        assert run_id is not None
+        report = runtime.replay(run_id, func)
+    document = {"ok": report.matched} | report.to_dict()
+
+    def text() -> str:
+        if report.matched:
+            return f"run {run_id}: replay MATCHED (fingerprint {report.replayed_fingerprint})"
+        return "\n".join([f"run {run_id}: replay DIVERGED", *_divergence_text(report.divergence or {})])
+
+    emit(as_json, document, text)
+    if not report.matched:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+@click.command("fork")
+@click.argument("run_id")
+@click.option("--at", "at", type=click.IntRange(min=0), required=True, help="First step to run live.")
+@click.option("--agent", default=None, help="module:function (default: the recorded agent's current code).")
+@click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy file for the new run.")
+@click.option("--sandbox", type=click.Path(path_type=Path, file_okay=False), help="Sandbox root.")
+@store_option
+@json_option
+@reports_errors
+def fork_command(
+    run_id: str, at: int, agent: str | None, policy: Path | None, sandbox: Path | None, store_path: Path, as_json: bool
+) -> None:
+    """Replay RUN_ID up to step --at from the record, then continue live as a new run."""
+    func: Any = None
+    if agent is not None:
+        func, toolkits = import_agent(agent)
+    else:
+        toolkits = toolkits_for_runs(store_path, [run_id])
+    with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime:
+        result = fork_run(runtime, run_id, at, func)
+    emit(as_json, {"ok": result.ok} | result.to_dict(), lambda: result_text(result) + f"\n  parent       {result.parent}")
+    if not result.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+@click.command("drift")
+@click.argument("agent")
+@click.option("--input", "input_file", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option("--n", "n", type=click.IntRange(min=2), default=5, show_default=True, help="How many runs.")
+@click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy file.")
+@json_option
+@reports_errors
+def drift_command(agent: str, input_file: Path, n: int, policy: Path | None, as_json: bool) -> None:
+    """Run AGENT on the same input N times, each in a fresh store; exit 1 on drift."""
+    func, toolkits = import_agent(agent)
+    value = read_json_file(input_file, "input")
+
+    def make(store: Any) -> Runtime:
+        return Runtime(store, policy, toolkits=tuple(toolkits))
+
+    def progress(done: int, digest: str | None) -> None:
+        if not as_json:
+            click.echo(f"... run {done}/{n}: {digest}", err=True)
+
+    report = detect_drift(make, func, value, n, progress=progress)
+
+    def text() -> str:
+        if not report.drifted:
+            return f"no drift: {n} runs, one fingerprint {report.fingerprints[0]}"
+        drift = report.drift or {}
+        where = f" at step {drift.get('step')}" if drift.get("step") is not None else ""
+        field = f" ({drift.get('field')})" if drift.get("field") else ""
+        return (
+            f"DRIFT in run {drift.get('run')}: {drift.get('kind')} difference in "
+            f"{drift.get('component')}{where}{field}\n  first run: {drift.get('a')!r}\n  this run:  {drift.get('b')!r}"
+        )
+
+    emit(as_json, {"ok": not report.drifted} | report.to_dict(), text)
+    if report.drifted:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+@click.command("diff")
+@click.argument("run_a")
+@click.argument("run_b")
+@store_option
+@json_option
+@reports_errors
+def diff_command(run_a: str, run_b: str, store_path: Path, as_json: bool) -> None:
+    """Compare two runs step by step, and say whether their fingerprints match."""
+    with open_store(store_path, create=False, read_only=True) as store:
+        a, b = load_run(store, run_a), load_run(store, run_b)
+    rows = step_table(a, b)
+    fp_a, fp_b = (a.end or {}).get("fingerprint"), (b.end or {}).get("fingerprint")
+    first = first_difference(projection_of(a), projection_of(b))
+    document = {"ok": True, "same_fingerprint": fp_a == fp_b, "fingerprints": [fp_a, fp_b], "first_difference": first, "steps": rows}
+
+    def text() -> str:
+        lines = [f"{'STEP':>4}  {'A: ' + run_a:<36} {'B: ' + run_b:<36} DIFFERS"]
+        for row in rows:
+            lines.append(f"{row['step']:>4}  {row['a']:<36} {row['b']:<36} {', '.join(row['differs']) or '-'}")
+        lines.append(f"fingerprints {'MATCH' if fp_a == fp_b else 'DIFFER'}: {fp_a} vs {fp_b}")
+        if first:
+            lines.append(f"first difference: {first['kind']} in {first['component']}" + (f" at step {first['step']}" if first.get("step") is not None else ""))
+        return "\n".join(lines)
+
+    emit(as_json, document, text)
+
+
+COMMANDS = [replay_command, fork_command, drift_command, diff_command]

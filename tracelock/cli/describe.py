@@ -1,0 +1,61 @@
+"""Readable one-line descriptions of a run's entries (shared by ``show`` and ``demo``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracelock.core.entry import Entry
+
+
+def describe_step(doc: dict[str, Any]) -> str:
+    """``step 3 proposal issue_refund DENIED [POLICY_ARGUMENT_REJECTED] in AUTHORIZE``."""
+    text = f"step {doc.get('step')} {doc.get('kind')} {doc.get('name') or '-'}"
+    outcome = doc.get("outcome")
+    if outcome is None:
+        return text + " (intent recorded; executing)"
+    text += f" {outcome}"
+    if outcome != "SUCCESS":
+        text += f" [{doc.get('code')}] in {doc.get('phase')}"
+    attempts = doc.get("attempts")
+    if isinstance(attempts, int) and attempts > 1:
+        text += f" after {attempts} attempts"
+    if doc.get("reused_from"):
+        text += f" (reused from {doc['reused_from'].get('run')})"
+    return text
+
+
+class Describer:
+    """Describes a run's entries in order (a result is described with its intent)."""
+
+    def __init__(self) -> None:
+        self._intents: dict[Any, dict[str, Any]] = {}
+
+    def __call__(self, entry: Entry, doc: Any) -> str:
+        if entry.kind == "effect.intent" and isinstance(doc, dict):
+            self._intents[doc.get("step")] = doc
+        if entry.kind == "effect.result" and isinstance(doc, dict):
+            doc = {**self._intents.get(doc.get("step"), {}), **doc}
+        return describe(entry, doc)
+
+
+def describe(entry: Entry, doc: Any) -> str:
+    """Describe an entry given its payload document (None when it has none)."""
+    meta = entry.meta or {}
+    kind = entry.kind
+    if kind in ("effect", "effect.result") and isinstance(doc, dict):
+        return describe_step(doc)
+    if kind == "effect.intent" and isinstance(doc, dict):
+        return f"step {doc.get('step')} {doc.get('kind')} {doc.get('name')} intent ({doc.get('class')})"
+    if kind == "run.start" and isinstance(doc, dict):
+        return f"start agent={doc.get('agent')} policy={str(doc.get('policy'))[:12]}"
+    if kind == "run.end" and isinstance(doc, dict):
+        code = f" [{doc.get('code')}]" if doc.get("code") else ""
+        return f"end {meta.get('status')} {doc.get('outcome')}{code} fingerprint={str(doc.get('fingerprint'))[:16]}"
+    if kind == "run.state" and isinstance(doc, dict):
+        return f"state -> {meta.get('status')} (step {doc.get('step')}: {doc.get('reason')})"
+    if kind == "approval" and isinstance(doc, dict):
+        return f"step {doc.get('step')} {doc.get('decision')} by {doc.get('by')}"
+    if kind == "route" and isinstance(doc, dict):
+        return f"route {doc.get('intent')} -> {doc.get('chosen')} ({doc.get('reason', '')})"
+    details = " ".join(f"{key}={value}" for key, value in sorted(meta.items()))
+    return f"{kind} {details}".rstrip()

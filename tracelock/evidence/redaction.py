@@ -1,0 +1,342 @@
+"""Redaction: remove a payload's bytes from the store, recording who removed it and why.
+
+A redaction is an entry of kind ``payload.redact`` in the ``tracelock:admin`` chain, with
+``meta.payload`` = the hash of the removed payload, appended durably *before* the payload's
+bytes are erased (so a crash in between leaves a recorded redaction still to complete, never
+an unexplained hole). Its own payload is the redaction document::
+
+    {"v": 1, "payload": <hash>, "run": <run id>, "step": <step | "start" | "end">,
+     "kind": <entry kind>, "fields": [<member>, ...] | null, "copy": <object> | null,
+     "by": <who>, "reason": <why>}
+
+Without ``fields`` the whole payload is removed and ``copy`` is null. With ``fields`` (top
+level members of the payload object, e.g. ``args`` of an LLM call holding personal data),
+``copy`` is the payload with exactly those members replaced by a marker
+``{"__tracelock__": "redacted", "hash": H(value)}``: the rest stays readable, and because
+the fingerprint only uses ``H(args)``, ``H(result)``, ``H(input)`` and ``H(output)``, a run
+whose redacted fields are among those still has a recomputable fingerprint.
+
+Payloads are content-addressed: the same bytes referenced by several entries (of one run or
+of many) are stored once, so redacting them removes them for every entry that refers to them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tracelock.core.canonical import dumps
+from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
+from tracelock.core.hashing import is_hex_digest
+from tracelock.errors import EvidenceError
+from tracelock.storage.directory import DirectoryStore
+
+__all__ = [
+    "MARKER_KEY",
+    "REDACTABLE_KINDS",
+    "RedactTargetError",
+    "RedactedPayloadError",
+    "Redaction",
+    "RedactionFormatError",
+    "RedactionResult",
+    "field_marker",
+    "is_field_marker",
+    "parse_redaction",
+    "redact",
+]
+
+#: Member name of the marker that stands in for a redacted value.
+MARKER_KEY = "__tracelock__"
+#: Entry kinds whose payload ``redact`` can target by step number.
+REDACTABLE_KINDS = ("effect", "effect.intent", "effect.result")
+_STEP_WORDS = {"start": "run.start", "end": "run.end"}
+
+
+class RedactTargetError(EvidenceError):
+    """Nothing to redact where asked: no such step, no payload, or no such field."""
+
+    code: ClassVar[str] = "EVIDENCE_REDACT_TARGET"
+
+
+class RedactedPayloadError(EvidenceError):
+    """The payload asked for was already redacted."""
+
+    code: ClassVar[str] = "EVIDENCE_REDACT_ALREADY"
+
+
+class RedactionFormatError(EvidenceError, ValueError):
+    """A ``payload.redact`` entry or its document is malformed."""
+
+    code: ClassVar[str] = "EVIDENCE_REDACTION_MALFORMED"
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(dumps(value)).hexdigest()
+
+
+def field_marker(value: Any) -> dict[str, str]:
+    """The marker replacing a redacted member: it keeps the hash of the value it hides."""
+    return {MARKER_KEY: "redacted", "hash": _hash(value)}
+
+
+def is_field_marker(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {MARKER_KEY, "hash"}
+        and value[MARKER_KEY] == "redacted"
+        and is_hex_digest(value["hash"])
+    )
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """A parsed redaction document."""
+
+    payload: str
+    run: str | None
+    step: int | str | None
+    kind: str | None
+    fields: tuple[str, ...] | None
+    copy: dict[str, Any] | None
+    by: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "payload": self.payload,
+            "run": self.run,
+            "step": self.step,
+            "kind": self.kind,
+            "fields": list(self.fields) if self.fields is not None else None,
+            "by": self.by,
+            "reason": self.reason,
+        }
+
+
+def parse_redaction(entry: Entry, doc: Any) -> Redaction:
+    """Check a ``payload.redact`` entry and its (readable) document; ``doc`` None means the
+    document itself is not available (then only ``meta.payload`` is known)."""
+    target = (entry.meta or {}).get("payload")
+    if not is_hex_digest(target):
+        raise RedactionFormatError(
+            f"redaction entry seq {entry.seq} has no meta.payload hash",
+            details={"seq": entry.seq},
+        )
+    assert isinstance(target, str)
+    if doc is None:
+        return Redaction(target, None, None, None, None, None, "", "")
+    if not isinstance(doc, dict) or doc.get("v") != 1 or doc.get("payload") != target:
+        raise RedactionFormatError(
+            f"redaction entry seq {entry.seq}: its document does not name payload {target}",
+            details={"seq": entry.seq},
+        )
+    fields = doc.get("fields")
+    copy = doc.get("copy")
+    if fields is None:
+        if copy is not None:
+            raise RedactionFormatError(
+                f"redaction entry seq {entry.seq}: a copy without redacted fields",
+                details={"seq": entry.seq},
+            )
+        parsed_fields: tuple[str, ...] | None = None
+    else:
+        if (
+            not isinstance(fields, list)
+            or not fields
+            or not all(isinstance(name, str) for name in fields)
+            or len(set(fields)) != len(fields)
+            or not isinstance(copy, dict)
+        ):
+            raise RedactionFormatError(
+                f"redaction entry seq {entry.seq}: fields must be a list of distinct names "
+                "with a copy object",
+                details={"seq": entry.seq},
+            )
+        for name in fields:
+            if not is_field_marker(copy.get(name)):
+                raise RedactionFormatError(
+                    f"redaction entry seq {entry.seq}: member {name!r} of the copy is not a "
+                    "redaction marker",
+                    details={"seq": entry.seq, "field": name},
+                )
+        parsed_fields = tuple(fields)
+    step = doc.get("step")
+    return Redaction(
+        payload=target,
+        run=doc.get("run") if isinstance(doc.get("run"), str) else None,
+        step=step if isinstance(step, int | str) else None,
+        kind=doc.get("kind") if isinstance(doc.get("kind"), str) else None,
+        fields=parsed_fields,
+        copy=copy if isinstance(copy, dict) else None,
+        by=str(doc.get("by", "")),
+        reason=str(doc.get("reason", "")),
+    )
+
+
+@dataclass
+class RedactionResult:
+    """What ``redact`` did: the redaction entries appended, and every entry of the store
+    whose payload is now gone (content addressing shares payloads between entries)."""
+
+    run: str
+    step: int | str
+    redactions: list[dict[str, Any]] = field(default_factory=list)
+    affected: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def shared(self) -> bool:
+        """True when the removed bytes were also referenced outside the target entries."""
+        targets = {(r["run"], r["i"]) for r in self.redactions}
+        return any((a["run"], a["i"]) not in targets for a in self.affected)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "run": self.run,
+            "step": self.step,
+            "redactions": self.redactions,
+            "affected": self.affected,
+            "shared": self.shared,
+        }
+
+
+def parse_step(text: str) -> int | str:
+    """A STEP argument: a step number, ``start`` (the run.start entry) or ``end``."""
+    if text in _STEP_WORDS:
+        return text
+    if text.isdigit():
+        return int(text)
+    raise RedactTargetError(
+        f"STEP is a step number, 'start' or 'end', not {text!r}", details={"step": text}
+    )
+
+
+def _targets(store: DirectoryStore, run: str, step: int | str) -> list[tuple[Entry, Any]]:
+    """The run's entries that hold ``step``'s payloads, with their documents (None when
+    already redacted)."""
+    found: list[tuple[Entry, Any]] = []
+    for entry in store.entries(run):
+        if entry.payload is None:
+            continue
+        if isinstance(step, str):
+            if entry.kind != _STEP_WORDS[step]:
+                continue
+            doc = store.get_payload(entry.payload) if store.payload_state(entry.payload) == "present" else None
+            found.append((entry, doc))
+            continue
+        if entry.kind not in REDACTABLE_KINDS:
+            continue
+        if store.payload_state(entry.payload) != "present":
+            continue
+        doc = store.get_payload(entry.payload)
+        if isinstance(doc, dict) and doc.get("step") == step:
+            found.append((entry, doc))
+    return found
+
+
+def redact(
+    store: DirectoryStore,
+    run: str,
+    step: int | str,
+    *,
+    by: str,
+    reason: str,
+    fields: Sequence[str] = (),
+) -> RedactionResult:
+    """Remove the payload(s) of ``step`` of ``run`` (``start``/``end`` for the run's first
+    and last entries), or only the given top-level ``fields`` of them (see the module doc).
+
+    Each removed payload gets its own ``payload.redact`` entry, made durable before its
+    bytes are erased. Raises :class:`RedactTargetError` when there is nothing to remove and
+    :class:`RedactedPayloadError` when it was already removed.
+    """
+    if run == ADMIN_RUN:
+        raise RedactTargetError("the admin chain's payloads are not redacted through a run")
+    if not by.strip() or not reason.strip():
+        raise RedactTargetError("a redaction must say who made it (--by) and why (--reason)")
+    wanted = list(dict.fromkeys(fields))
+    candidates = _targets(store, run, step)
+    if not candidates:
+        already = isinstance(step, int) and any(
+            entry.kind in REDACTABLE_KINDS
+            and entry.payload is not None
+            and store.payload_state(entry.payload) == "redacted"
+            for entry in store.entries(run)
+        )
+        raise (RedactedPayloadError if already else RedactTargetError)(
+            f"run {run} has no {'readable ' if already else ''}payload for step {step}"
+            + (" (its payloads may already be redacted)" if already else ""),
+            details={"run": run, "step": step},
+        )
+    plans: list[tuple[Entry, tuple[str, ...] | None, dict[str, Any] | None]] = []
+    covered: set[str] = set()
+    for entry, doc in candidates:
+        if doc is None:
+            raise RedactedPayloadError(
+                f"the payload of run {run} entry {entry.i} ({entry.kind}) is already redacted",
+                details={"run": run, "i": entry.i, "payload": entry.payload},
+            )
+        if not wanted:
+            plans.append((entry, None, None))
+            continue
+        if not isinstance(doc, dict):
+            continue
+        present = tuple(name for name in wanted if name in doc)
+        if not present:
+            continue
+        for name in present:
+            if is_field_marker(doc[name]):
+                raise RedactedPayloadError(
+                    f"member {name!r} of run {run} entry {entry.i} is already a redaction marker"
+                )
+        redacted_copy = dict(doc)
+        for name in present:
+            redacted_copy[name] = field_marker(doc[name])
+        covered.update(present)
+        plans.append((entry, present, redacted_copy))
+    missing = [name for name in wanted if name not in covered]
+    if missing:
+        available = sorted(
+            {name for _, doc in candidates if isinstance(doc, dict) for name in doc}
+        )
+        raise RedactTargetError(
+            f"no payload of step {step} of run {run} has the member(s) {missing}; "
+            f"members there: {available}",
+            details={"run": run, "step": step, "missing": missing, "available": available},
+        )
+    # Several target entries may share one payload: redact each hash once.
+    by_hash: dict[str, tuple[Entry, tuple[str, ...] | None, dict[str, Any] | None]] = {}
+    for plan in plans:
+        assert plan[0].payload is not None
+        by_hash.setdefault(plan[0].payload, plan)
+    result = RedactionResult(run=run, step=step)
+    targets = set(by_hash)
+    for other in store.iter_entries():
+        if other.payload in targets:
+            result.affected.append(
+                {"run": other.run, "i": other.i, "seq": other.seq, "kind": other.kind,
+                 "payload": other.payload}
+            )
+    for digest, (entry, names, copy) in by_hash.items():
+        document: dict[str, Any] = {
+            "v": 1,
+            "payload": digest,
+            "run": run,
+            "step": step,
+            "kind": entry.kind,
+            "fields": list(names) if names is not None else None,
+            "copy": copy,
+            "by": by,
+            "reason": reason,
+        }
+        record = store.append(
+            ADMIN_RUN, REDACTION_KIND, payload=document, meta={"payload": digest}, durable=True
+        )
+        store.erase_payload(digest)
+        result.redactions.append(
+            {"payload": digest, "run": run, "i": entry.i, "kind": entry.kind,
+             "fields": document["fields"], "redaction_seq": record.seq}
+        )
+    return result

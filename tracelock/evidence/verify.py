@@ -1,0 +1,1121 @@
+"""Offline verification of an evidence bundle (``docs/spec.md`` section 8.3).
+
+Needs nothing but the bundle and the verifier's pinned public keys: no store, no network.
+Integrity ("every hash, link and proof agrees") and trust ("the checkpoint is signed by a key
+the verifier pinned") are reported separately; every failure names its check, and where it
+is: the file, the run, the entry index and seq.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+
+from tracelock.core.canonical import CanonicalError, dumps
+from tracelock.core.entry import (
+    ADMIN_RUN,
+    REDACTION_KIND,
+    TERMINAL_KINDS,
+    Entry,
+    EntryFormatError,
+    parse_entry,
+)
+from tracelock.core.fingerprint import FINGERPRINT_VERSION, VALUE_EXCLUDED_KINDS, value_hash
+from tracelock.core.hashing import is_hex_digest
+from tracelock.core.merkle import leaf_hash, verify_inclusion
+from tracelock.errors import EvidenceError, ProofError
+from tracelock.evidence.bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    CHECKPOINT,
+    ENTRIES,
+    MANIFEST,
+    PAYLOAD_DIR,
+    POLICY_KIND,
+    PROOFS,
+    BundleFiles,
+    read_bundle_files,
+)
+from tracelock.evidence.checkpoint import Checkpoint
+from tracelock.evidence.keys import KeyFileError, KeyInvalidError, PublicKey
+from tracelock.evidence.note import (
+    NoteSignatureInvalidError,
+    NoteUntrustedError,
+    NoteVerifier,
+    open_note,
+    parse_note,
+)
+from tracelock.evidence.redaction import Redaction, parse_redaction
+
+__all__ = [
+    "INTEGRITY",
+    "REPLAY",
+    "TRUST",
+    "BundleInvalidError",
+    "BundleReport",
+    "BundleUntrustedError",
+    "Failure",
+    "PinnedKey",
+    "RunReport",
+    "load_pinned_keys",
+    "verify_bundle",
+]
+
+INTEGRITY = "integrity"
+TRUST = "trust"
+REPLAY = "replay"
+
+#: Checks whose failure is a matter of trust (who signed), not of integrity.
+TRUST_CHECKS = frozenset({"checkpoint.trust", "checkpoint.origin"})
+#: Failures kept in a report (a badly damaged bundle would otherwise list every entry).
+MAX_FAILURES = 200
+
+_PAYLOAD_FILE_LEN = len(PAYLOAD_DIR) + 1 + 64 + len(".json")
+
+
+class BundleInvalidError(EvidenceError):
+    """A bundle failed an integrity check (raised by :meth:`BundleReport.raise_for_failure`)."""
+
+    code: ClassVar[str] = "EVIDENCE_BUNDLE_INVALID"
+
+
+class BundleUntrustedError(EvidenceError):
+    """A bundle's hashes agree but its checkpoint is not signed by a pinned key."""
+
+    code: ClassVar[str] = "EVIDENCE_BUNDLE_UNTRUSTED"
+
+
+# ---------------------------------------------------------------------------------------
+# Pinned keys
+
+
+@dataclass(frozen=True)
+class PinnedKey:
+    """A public key the verifier trusts; ``name`` pins the key name (= checkpoint origin)
+    too, None accepts the key under whatever origin the checkpoint names."""
+
+    public_key: PublicKey
+    name: str | None
+    source: str
+
+    def verifier(self, origin: str) -> NoteVerifier:
+        return NoteVerifier(self.name if self.name is not None else origin, self.public_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "fingerprint": self.public_key.fingerprint(),
+            "source": self.source,
+        }
+
+
+def _key_from_text(text: str, source: str) -> PinnedKey:
+    text = text.strip()
+    if "+" in text:
+        verifier = NoteVerifier.from_vkey(text)
+        return PinnedKey(verifier.public_key, verifier.name, source)
+    return PinnedKey(PublicKey.from_hex(text), None, source)
+
+
+def load_pinned_keys(values: Iterable[str]) -> list[PinnedKey]:
+    """Pinned keys from ``--key`` values: each a file (PEM public key, 64 hex digits, or one
+    verifier key string ``name+id+data`` per line) or such a string given inline. A private
+    key file is refused: a verifier never needs one."""
+    pins: list[PinnedKey] = []
+    for value in values:
+        path = Path(value)
+        if path.is_file():
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise KeyFileError(f"cannot read key {path}: {exc.strerror}") from None
+            if b"PRIVATE KEY" in data:
+                raise KeyInvalidError(
+                    f"{path} is a private key; pin the public key (.pub or .vkey) instead",
+                    details={"path": str(path)},
+                )
+            if data.lstrip().startswith(b"-----BEGIN"):
+                pins.append(PinnedKey(PublicKey.from_pem(data), None, str(path)))
+                continue
+            try:
+                text = data.decode("ascii")
+            except UnicodeDecodeError:
+                raise KeyInvalidError(f"{path} is not a key file") from None
+            lines = [line for line in text.splitlines() if line.strip()]
+            if not lines:
+                raise KeyInvalidError(f"{path} holds no key")
+            pins.extend(_key_from_text(line, str(path)) for line in lines)
+            continue
+        if "/" in value and "+" not in value:
+            raise KeyFileError(f"no key file at {value}", details={"path": value})
+        try:
+            pins.append(_key_from_text(value, "--key"))
+        except KeyInvalidError as exc:
+            if isinstance(exc, KeyInvalidError) and type(exc) is not KeyInvalidError:
+                raise
+            raise KeyFileError(
+                f"{value!r} is neither a key file nor a key (64 hex digits or a verifier key "
+                "string name+id+data)",
+                details={"value": value},
+            ) from None
+    return pins
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed check, and where."""
+
+    check: str
+    message: str
+    file: str | None = None
+    run: str | None = None
+    i: int | None = None
+    seq: int | None = None
+    code: str | None = None
+
+    @property
+    def category(self) -> str:
+        if self.check in TRUST_CHECKS:
+            return TRUST
+        if self.check.startswith("replay."):
+            return REPLAY
+        return INTEGRITY
+
+    def where(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.run is not None:
+            parts.append(f"run {self.run}")
+        if self.i is not None:
+            parts.append(f"entry {self.i}")
+        if self.seq is not None:
+            parts.append(f"seq {self.seq}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "category": self.category,
+            "message": self.message,
+            "file": self.file,
+            "run": self.run,
+            "i": self.i,
+            "seq": self.seq,
+            "code": self.code,
+        }
+
+
+@dataclass
+class RunReport:
+    """What the bundle says about one run."""
+
+    run: str
+    entries: int
+    first_seq: int
+    last_seq: int
+    status: str
+    ended: bool
+    fingerprint: str | None = None
+    recomputed: str | None = None
+    fingerprint_status: str = "unavailable"
+    fingerprint_detail: str | None = None
+    redacted: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The fields a manifest's ``runs`` list holds."""
+        return {
+            "run": self.run,
+            "entries": self.entries,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "status": self.status,
+            "ended": self.ended,
+            "fingerprint": self.fingerprint,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.summary() | {
+            "recomputed": self.recomputed,
+            "fingerprint_status": self.fingerprint_status,
+            "fingerprint_detail": self.fingerprint_detail,
+            "redacted": self.redacted,
+        }
+
+
+@dataclass
+class BundleReport:
+    """The outcome of :func:`verify_bundle`."""
+
+    source: str
+    kind: str = "dir"
+    failures: list[Failure] = field(default_factory=list)
+    dropped: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    checkpoint: dict[str, Any] | None = None
+    trusted_by: list[dict[str, Any]] = field(default_factory=list)
+    claimed_signers: list[dict[str, Any]] = field(default_factory=list)
+    pinned: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[RunReport] = field(default_factory=list)
+    entries: int = 0
+    payloads: int = 0
+    redacted: int = 0
+    replay: list[dict[str, Any]] = field(default_factory=list)
+
+    def fail(self, failure: Failure) -> None:
+        self.counts[failure.category] = self.counts.get(failure.category, 0) + 1
+        if len(self.failures) >= MAX_FAILURES:
+            self.dropped += 1
+            return
+        self.failures.append(failure)
+
+    def failures_of(self, category: str) -> list[Failure]:
+        return [f for f in self.failures if f.category == category]
+
+    @property
+    def integrity_ok(self) -> bool:
+        return not self.counts.get(INTEGRITY)
+
+    @property
+    def trust_ok(self) -> bool:
+        return not self.counts.get(TRUST) and bool(self.trusted_by)
+
+    @property
+    def replay_ok(self) -> bool:
+        return not self.counts.get(REPLAY)
+
+    @property
+    def ok(self) -> bool:
+        return self.integrity_ok and self.trust_ok and self.replay_ok
+
+    def checks_failed(self) -> list[str]:
+        return sorted({f.check for f in self.failures})
+
+    def raise_for_failure(self) -> None:
+        """Raise :class:`BundleInvalidError` or :class:`BundleUntrustedError` unless ok."""
+        if not self.integrity_ok or not self.replay_ok:
+            first = next(f for f in self.failures if f.category != TRUST)
+            raise BundleInvalidError(
+                f"{self.source}: [{first.check}] {first.where()}: {first.message}",
+                details={"failures": [f.to_dict() for f in self.failures]},
+            )
+        if not self.trust_ok:
+            message = next((f.message for f in self.failures_of(TRUST)), "no pinned key signed it")
+            raise BundleUntrustedError(f"{self.source}: {message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "bundle": self.source,
+            "kind": self.kind,
+            "integrity": {
+                "ok": self.integrity_ok,
+                "failures": [f.to_dict() for f in self.failures_of(INTEGRITY)],
+            },
+            "trust": {
+                "ok": self.trust_ok,
+                "trusted_by": self.trusted_by,
+                "pinned": self.pinned,
+                "claimed_signers": self.claimed_signers,
+                "failures": [f.to_dict() for f in self.failures_of(TRUST)],
+            },
+            "replay": {
+                "ok": self.replay_ok,
+                "runs": self.replay,
+                "failures": [f.to_dict() for f in self.failures_of(REPLAY)],
+            },
+            "checks_failed": self.checks_failed(),
+            "failures_not_listed": self.dropped,
+            "checkpoint": self.checkpoint,
+            "runs": [run.to_dict() for run in self.runs],
+            "entries": self.entries,
+            "payloads": self.payloads,
+            "redacted": self.redacted,
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Fingerprint recomputation (spec 5.4), with redaction copies
+
+
+@dataclass(frozen=True)
+class _Hidden:
+    """A redacted member: only the hash of its value is known."""
+
+    hash: str
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _digest(value: Any) -> str:
+    if isinstance(value, _Hidden):
+        return value.hash
+    try:
+        return value_hash(value)
+    except CanonicalError:
+        raise _Unavailable("a redacted value is needed whole") from None
+
+
+def _effect_projection(effect: dict[str, Any]) -> dict[str, Any]:
+    kind = effect["kind"]
+    succeeded = effect.get("outcome") == "SUCCESS"
+    projected: dict[str, Any] = {
+        "step": effect["step"],
+        "kind": kind,
+        "name": effect["name"],
+        "class": effect["class"],
+        "args": _digest(effect.get("args")),
+        "result": (
+            _digest(effect.get("result"))
+            if succeeded and kind not in VALUE_EXCLUDED_KINDS
+            else None
+        ),
+        "outcome": effect.get("outcome"),
+        "code": effect.get("code"),
+        "attempts": effect.get("attempts", 1),
+        "timeout_ms": effect.get("timeout_ms"),
+    }
+    sandbox = effect.get("sandbox")
+    if sandbox is not None:
+        projected["sandbox"] = {"before": sandbox.get("before"), "after": sandbox.get("after")}
+    return projected
+
+
+_FINGERPRINT_KINDS = frozenset({"run.start", "effect", "effect.intent", "effect.result", "route", "run.end"})
+
+
+def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
+    """The fingerprint of a run from its entries; ``docs`` maps seq to the payload document
+    (with :class:`_Hidden` members for redacted fields; absent when wholly redacted)."""
+    start: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    effects: dict[Any, dict[str, Any]] = {}
+    pending: dict[Any, dict[str, Any]] = {}
+    routing: list[Any] = []
+    for entry in entries:
+        if entry.kind not in _FINGERPRINT_KINDS:
+            continue
+        if entry.seq not in docs:
+            raise _Unavailable(f"the payload of entry {entry.i} ({entry.kind}) is redacted")
+        doc = docs[entry.seq]
+        if entry.kind == "run.start":
+            start = doc
+        elif entry.kind == "effect":
+            effects[doc["step"]] = doc
+        elif entry.kind == "effect.intent":
+            pending[doc["step"]] = doc
+        elif entry.kind == "effect.result":
+            merged = dict(pending.pop(doc["step"], {"step": doc["step"]}))
+            merged.update({k: v for k, v in doc.items() if k != "step"})
+            effects[doc["step"]] = merged
+        elif entry.kind == "route":
+            routing.append(doc)
+        else:
+            end = doc
+    if start is None or end is None:
+        raise KeyError("run.start or run.end")
+    outcome = end["outcome"]
+    projection = {
+        "v": FINGERPRINT_VERSION,
+        "agent": start["agent"],
+        "input": _digest(start.get("input")),
+        "policy": start.get("policy"),
+        "effects": [_effect_projection(effects[step]) for step in sorted(effects)],
+        "routing": [dict(decision) for decision in routing],
+        "output": _digest(end.get("output")) if outcome == "SUCCESS" else None,
+        "outcome": outcome,
+        "code": end.get("code"),
+    }
+    try:
+        return hashlib.sha256(dumps(projection)).hexdigest()
+    except CanonicalError:
+        raise _Unavailable("a redacted member is part of the projection itself") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Verification
+
+
+@dataclass
+class _Line:
+    number: int  # 1-based line number in entries.jsonl
+    entry: Entry
+
+
+def _split_lines(data: bytes) -> tuple[list[bytes], bool]:
+    """Lines of a JSON-lines file, and whether it ended with a newline."""
+    if not data:
+        return [], True
+    complete = data.endswith(b"\n")
+    lines = data.split(b"\n")
+    if complete:
+        lines.pop()
+    return lines, complete
+
+
+class _Verifier:
+    def __init__(
+        self,
+        bundle: BundleFiles,
+        pins: Sequence[PinnedKey],
+        origin: str | None,
+        allow_open: bool,
+        required_runs: Sequence[str],
+    ) -> None:
+        self.bundle = bundle
+        self.files = bundle.files
+        self.pins = list(pins)
+        self.origin = origin
+        self.allow_open = allow_open
+        self.required_runs = list(required_runs)
+        self.report = BundleReport(bundle.source, bundle.kind)
+        self.report.pinned = [pin.to_dict() for pin in self.pins]
+        self.manifest: dict[str, Any] | None = None
+        self.checkpoint: Checkpoint | None = None
+        self.entries: list[_Line] = []
+        self.redactions: dict[str, list[tuple[Entry, Redaction]]] = {}
+        self.docs: dict[str, Any] = {}
+
+    def fail(self, check: str, message: str, **where: Any) -> None:
+        self.report.fail(Failure(check, message, **where))
+
+    # -- the container and the manifest ------------------------------------------------
+    def container(self) -> None:
+        for name, problem in self.bundle.problems:
+            self.fail("bundle.container", problem, file=name or None)
+        for required in (MANIFEST, CHECKPOINT, ENTRIES, PROOFS):
+            if required not in self.files:
+                self.fail("bundle.files", f"the bundle has no {required}", file=required)
+        for name in sorted(self.files):
+            if name in (MANIFEST, CHECKPOINT, ENTRIES, PROOFS):
+                continue
+            if not (
+                name.startswith(PAYLOAD_DIR + "/")
+                and name.endswith(".json")
+                and len(name) == _PAYLOAD_FILE_LEN
+                and is_hex_digest(name[len(PAYLOAD_DIR) + 1 : -5])
+            ):
+                self.fail(
+                    "bundle.files",
+                    "unexpected file (a bundle holds manifest.json, checkpoint.note, "
+                    "entries.jsonl, proofs.jsonl and payloads/<sha256>.json)",
+                    file=name,
+                )
+
+    def read_manifest(self) -> None:
+        data = self.files.get(MANIFEST)
+        if data is None:
+            return
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            self.fail("manifest.format", f"not JSON: {exc}", file=MANIFEST)
+            return
+        try:
+            canonical = dumps(doc) + b"\n" == data
+        except CanonicalError:
+            canonical = False
+        if not canonical:
+            self.fail("manifest.format", "not canonical JSON (RFC 8785) ending in a newline", file=MANIFEST)
+        if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
+            self.fail("manifest.format", f"not a {BUNDLE_FORMAT} manifest", file=MANIFEST)
+            return
+        if doc.get("version") != BUNDLE_VERSION:
+            self.fail(
+                "manifest.format",
+                f"bundle format version {doc.get('version')!r}; this verifier reads {BUNDLE_VERSION}",
+                file=MANIFEST,
+            )
+            return
+        listing = doc.get("files")
+        if not isinstance(listing, list) or not all(
+            isinstance(item, dict)
+            and set(item) == {"path", "sha256", "size"}
+            and isinstance(item["path"], str)
+            and isinstance(item["sha256"], str)
+            and isinstance(item["size"], int)
+            for item in listing
+        ):
+            self.fail("manifest.format", "files must be a list of {path, sha256, size}", file=MANIFEST)
+            return
+        paths = [item["path"] for item in listing]
+        if paths != sorted(set(paths)):
+            self.fail("manifest.format", "files must be sorted by path, each once", file=MANIFEST)
+        self.manifest = doc
+        listed = set(paths)
+        for item in listing:
+            path = item["path"]
+            data_of = self.files.get(path)
+            if path == MANIFEST:
+                self.fail("manifest.format", "the manifest lists itself", file=MANIFEST)
+            elif data_of is None:
+                self.fail("manifest.hash", "listed in the manifest but absent from the bundle", file=path)
+            elif hashlib.sha256(data_of).hexdigest() != item["sha256"] or len(data_of) != item["size"]:
+                self.fail(
+                    "manifest.hash",
+                    f"SHA-256 {hashlib.sha256(data_of).hexdigest()} ({len(data_of)} bytes) differs "
+                    f"from the manifest's {item['sha256']} ({item['size']} bytes)",
+                    file=path,
+                )
+        for path in sorted(self.files):
+            if path != MANIFEST and path not in listed:
+                self.fail("manifest.hash", "present in the bundle but not listed in the manifest", file=path)
+
+    # -- the checkpoint ------------------------------------------------------------------
+    def read_checkpoint(self) -> None:
+        data = self.files.get(CHECKPOINT)
+        if data is None:
+            return
+        try:
+            text, signatures = parse_note(data)
+            checkpoint = Checkpoint.from_body(text)
+        except EvidenceError as exc:
+            self.fail("checkpoint.format", exc.message, file=CHECKPOINT, code=exc.code)
+            return
+        self.checkpoint = checkpoint
+        self.report.checkpoint = {
+            "origin": checkpoint.origin,
+            "size": checkpoint.size,
+            "root": checkpoint.root.hex(),
+            "signatures": [{"name": s.name, "key_id": f"{s.key_id:08x}"} for s in signatures],
+        }
+        self._claimed_signers(data)
+        verifiers: list[NoteVerifier] = []
+        for pin in self.pins:
+            try:
+                verifiers.append(pin.verifier(checkpoint.origin))
+            except EvidenceError:
+                continue  # an origin that is not a valid key name matches no pin
+        try:
+            note = open_note(data, verifiers)
+        except NoteSignatureInvalidError as exc:
+            self.fail(
+                "checkpoint.signature",
+                f"{exc.message}: the checkpoint was altered after it was signed",
+                file=CHECKPOINT,
+                code=exc.code,
+            )
+            return
+        except NoteUntrustedError as exc:
+            claimed = [c for c in self.report.claimed_signers if c.get("valid")]
+            self.fail(
+                "checkpoint.trust",
+                f"{exc.message}; pinned: "
+                + (", ".join(f"{pin.name or '*'} {pin.public_key.fingerprint()[:16]}" for pin in self.pins) or "none")
+                + (
+                    "; the bundle names its own signer key "
+                    + ", ".join(str(c["vkey"]) for c in claimed)
+                    + ", which is never trusted unless pinned"
+                    if claimed
+                    else ""
+                ),
+                file=CHECKPOINT,
+                code=exc.code,
+            )
+            return
+        if self.origin is not None and checkpoint.origin != self.origin:
+            self.fail(
+                "checkpoint.origin",
+                f"the checkpoint is for the log {checkpoint.origin!r}, expected {self.origin!r}",
+                file=CHECKPOINT,
+            )
+            return
+        for signature in note.signatures:
+            match = next(
+                (
+                    p
+                    for p in self.pins
+                    if (p.name or checkpoint.origin) == signature.name
+                    and p.public_key.key_id(signature.name) == signature.key_id
+                ),
+                None,
+            )
+            self.report.trusted_by.append(
+                {
+                    "name": signature.name,
+                    "key_id": f"{signature.key_id:08x}",
+                    "fingerprint": match.public_key.fingerprint() if match else None,
+                    "source": match.source if match else None,
+                }
+            )
+
+    def _claimed_signers(self, note: bytes) -> None:
+        manifest = self.manifest or {}
+        claimed = manifest.get("signers", [])
+        if not isinstance(claimed, list):
+            self.fail("manifest.format", "signers must be a list of verifier keys", file=MANIFEST)
+            return
+        for vkey in claimed:
+            entry: dict[str, Any] = {"vkey": vkey, "valid": False, "pinned": False}
+            try:
+                verifier = NoteVerifier.from_vkey(str(vkey))
+            except EvidenceError as exc:
+                entry["error"] = exc.code
+                self.report.notes.append(
+                    f"the bundle names a signer key that is rejected ({exc.code}): {exc.message}"
+                )
+            else:
+                entry["valid"] = True
+                entry["pinned"] = any(p.public_key == verifier.public_key for p in self.pins)
+            self.report.claimed_signers.append(entry)
+        del note
+
+    # -- entries and proofs --------------------------------------------------------------
+    def read_entries(self) -> None:
+        data = self.files.get(ENTRIES)
+        if data is None:
+            return
+        lines, complete = _split_lines(data)
+        if not complete:
+            self.fail("entry.format", "the file does not end with a newline (truncated?)", file=ENTRIES)
+        previous: Entry | None = None
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = parse_entry(line)
+            except EntryFormatError as exc:
+                self.fail("entry.format", f"line {number}: {exc.message}", file=ENTRIES, code=exc.code)
+                continue
+            if previous is not None and entry.seq <= previous.seq:
+                self.fail(
+                    "entry.order",
+                    f"line {number}: seq {entry.seq} does not follow seq {previous.seq} "
+                    "(entries are reordered or duplicated)",
+                    file=ENTRIES,
+                    run=entry.run,
+                    i=entry.i,
+                    seq=entry.seq,
+                )
+            previous = entry
+            self.entries.append(_Line(number, entry))
+        self.report.entries = len(self.entries)
+
+    def check_proofs(self) -> None:
+        data = self.files.get(PROOFS)
+        if data is None or ENTRIES not in self.files:
+            return
+        lines, complete = _split_lines(data)
+        if not complete:
+            self.fail("proof.format", "the file does not end with a newline (truncated?)", file=PROOFS)
+        entry_lines, _ = _split_lines(self.files[ENTRIES])
+        if len(lines) != len(entry_lines):
+            self.fail(
+                "proof.format",
+                f"{len(lines)} proofs for {len(entry_lines)} entries",
+                file=PROOFS,
+            )
+        by_number = {item.number: item.entry for item in self.entries}
+        checkpoint = self.checkpoint
+        for number, line in enumerate(lines, 1):
+            entry = by_number.get(number)
+            if entry is None:
+                continue
+            where = {"run": entry.run, "i": entry.i, "seq": entry.seq}
+            try:
+                doc = orjson.loads(line)
+                if not (
+                    isinstance(doc, dict)
+                    and set(doc) == {"hash", "proof", "seq"}
+                    and isinstance(doc["proof"], list)
+                    and all(is_hex_digest(node) for node in doc["proof"])
+                    and dumps(doc) == line
+                ):
+                    raise ValueError("not a canonical {hash, proof, seq} object of hex hashes")
+            except (ValueError, CanonicalError) as exc:
+                self.fail("proof.format", f"line {number}: {exc}", file=PROOFS, **where)
+                continue
+            if doc["seq"] != entry.seq or doc["hash"] != entry.hash:
+                self.fail(
+                    "entry.hash",
+                    f"line {number}: the proof is for seq {doc['seq']} with entry hash "
+                    f"{str(doc['hash'])[:16]}..., the entry is seq {entry.seq} with hash "
+                    f"{entry.hash[:16]}...",
+                    file=PROOFS,
+                    **where,
+                )
+                continue
+            if checkpoint is None:
+                continue
+            if entry.seq >= checkpoint.size:
+                self.fail(
+                    "entry.inclusion",
+                    f"seq {entry.seq} is not covered by the checkpoint (size {checkpoint.size})",
+                    file=ENTRIES,
+                    **where,
+                )
+                continue
+            try:
+                verify_inclusion(
+                    entry.seq,
+                    checkpoint.size,
+                    leaf_hash(entry.line),
+                    [bytes.fromhex(node) for node in doc["proof"]],
+                    checkpoint.root,
+                )
+            except ProofError as exc:
+                self.fail(
+                    "entry.inclusion",
+                    f"the entry is not in the checkpoint's tree: {exc.message}",
+                    file=ENTRIES,
+                    code=exc.code,
+                    **where,
+                )
+
+    # -- runs, admin entries, payloads ----------------------------------------------------
+    def check_admin(self) -> None:
+        for item in self.entries:
+            entry = item.entry
+            if entry.run != ADMIN_RUN:
+                continue
+            if entry.kind == POLICY_KIND:
+                continue
+            if entry.kind != REDACTION_KIND:
+                self.fail(
+                    "admin.kind",
+                    f"admin entry of kind {entry.kind!r} (a bundle carries only "
+                    f"{POLICY_KIND} and {REDACTION_KIND})",
+                    file=ENTRIES,
+                    run=entry.run,
+                    i=entry.i,
+                    seq=entry.seq,
+                )
+                continue
+            doc = self._payload_doc(entry.payload) if entry.payload else None
+            try:
+                redaction = parse_redaction(entry, doc)
+            except EvidenceError as exc:
+                self.fail(
+                    "redaction.format", exc.message, file=ENTRIES, run=entry.run, i=entry.i,
+                    seq=entry.seq, code=exc.code,
+                )
+                continue
+            self.redactions.setdefault(redaction.payload, []).append((entry, redaction))
+
+    def _payload_doc(self, digest: str | None) -> Any:
+        if digest is None:
+            return None
+        if digest in self.docs:
+            return self.docs[digest]
+        data = self.files.get(f"{PAYLOAD_DIR}/{digest}.json")
+        if data is None or hashlib.sha256(data).hexdigest() != digest:
+            return None
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        self.docs[digest] = doc
+        return doc
+
+    def check_payloads(self) -> None:
+        referenced: dict[str, Entry] = {}
+        for item in self.entries:
+            if item.entry.payload is not None:
+                referenced.setdefault(item.entry.payload, item.entry)
+        present: set[str] = set()
+        for name, data in sorted(self.files.items()):
+            if not name.startswith(PAYLOAD_DIR + "/") or len(name) != _PAYLOAD_FILE_LEN:
+                continue
+            digest = name[len(PAYLOAD_DIR) + 1 : -5]
+            if not is_hex_digest(digest):
+                continue
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != digest:
+                user = referenced.get(digest)
+                self.fail(
+                    "payload.hash",
+                    f"the file's bytes hash to {actual}, not to its name",
+                    file=name,
+                    run=user.run if user else None,
+                    i=user.i if user else None,
+                    seq=user.seq if user else None,
+                )
+                continue
+            present.add(digest)
+            if digest not in referenced:
+                self.fail("payload.unreferenced", "no entry of the bundle refers to this payload", file=name)
+        self.report.payloads = len(present & set(referenced))
+        redacted = 0
+        for digest, entry in referenced.items():
+            if digest in present:
+                continue
+            if digest in self.redactions:
+                redacted += 1
+                continue
+            self.fail(
+                "payload.missing",
+                f"payload {digest} is neither in the bundle nor redacted by a redaction entry",
+                file=f"{PAYLOAD_DIR}/{digest}.json",
+                run=entry.run,
+                i=entry.i,
+                seq=entry.seq,
+            )
+        self.report.redacted = redacted
+
+    def _doc_for(self, entry: Entry) -> tuple[str, Any, Redaction | None]:
+        """(state, document, redaction) of an entry's payload. States: ``none`` (no
+        payload), ``present``, ``copy`` (a field redaction: its copy, redacted members
+        hidden), ``redacted`` (wholly), ``missing`` (absent or damaged: reported elsewhere)."""
+        digest = entry.payload
+        if digest is None:
+            return "none", None, None
+        doc = self._payload_doc(digest)
+        if digest in self.docs:
+            return "present", doc, None
+        if f"{PAYLOAD_DIR}/{digest}.json" in self.files:
+            return "missing", None, None
+        records = [r for _, r in self.redactions.get(digest, [])]
+        if not records:
+            return "missing", None, None
+        with_copy = [r for r in records if r.copy is not None and r.fields]
+        if with_copy:
+            redaction = with_copy[-1]
+            assert redaction.copy is not None and redaction.fields is not None
+            copy = dict(redaction.copy)
+            for name in redaction.fields:
+                copy[name] = _Hidden(copy[name]["hash"])
+            return "copy", copy, redaction
+        return "redacted", None, records[-1]
+
+    def check_runs(self) -> None:
+        by_run: dict[str, list[Entry]] = {}
+        for item in self.entries:
+            if item.entry.run != ADMIN_RUN:
+                by_run.setdefault(item.entry.run, []).append(item.entry)
+        registered = {
+            item.entry.payload
+            for item in self.entries
+            if item.entry.run == ADMIN_RUN and item.entry.kind == POLICY_KIND
+        }
+        for run in self.required_runs:
+            if run not in by_run:
+                self.fail("run.missing", f"run {run} is not in the bundle", run=run)
+        for run in sorted(by_run):
+            entries = by_run[run]
+            report = self._check_run(run, entries)
+            self.report.runs.append(report)
+            start = entries[0]
+            if start.kind == "run.start":
+                _, doc, _ = self._doc_for(start)
+                policy = doc.get("policy") if isinstance(doc, dict) else None
+                if isinstance(policy, str) and policy not in registered:
+                    self.fail(
+                        "policy.missing",
+                        f"the run was recorded under policy {policy}, whose policy.register "
+                        "entry is not in the bundle",
+                        run=run,
+                        i=0,
+                        seq=start.seq,
+                    )
+
+    def _check_run(self, run: str, entries: list[Entry]) -> RunReport:
+        ended_at = next((k for k, e in enumerate(entries) if e.kind in TERMINAL_KINDS), None)
+        status = "created"
+        for entry in entries:
+            value = (entry.meta or {}).get("status")
+            if isinstance(value, str):
+                status = value
+        report = RunReport(
+            run=run,
+            entries=len(entries),
+            first_seq=entries[0].seq,
+            last_seq=entries[-1].seq,
+            status=status,
+            ended=ended_at is not None,
+        )
+        chain_ok = True
+        previous: Entry | None = None
+        for position, entry in enumerate(entries):
+            problem = None
+            if entry.i != position:
+                problem = (
+                    f"expected entry {position}, found entry {entry.i} "
+                    + ("(the run's first entries are missing)" if position == 0 else "(entries are missing, inserted or reordered)")
+                )
+            elif previous is not None and entry.prev != previous.hash:
+                problem = f"prev does not match the hash of entry {previous.i}"
+            elif previous is not None and previous.kind in TERMINAL_KINDS:
+                problem = "an entry follows the run's run.end"
+            if problem is not None:
+                chain_ok = False
+                self.fail("run.chain", problem, file=ENTRIES, run=run, i=entry.i, seq=entry.seq)
+                break
+            previous = entry
+        if ended_at is None:
+            if self.allow_open:
+                self.report.notes.append(f"run {run} has not ended (status {status}): accepted (--allow-open)")
+            else:
+                self.fail(
+                    "run.open",
+                    f"the run has no run.end (status {status}): its last entries may have been "
+                    "removed; pass --allow-open to accept runs that have not ended",
+                    file=ENTRIES,
+                    run=run,
+                    i=entries[-1].i,
+                    seq=entries[-1].seq,
+                )
+        docs: dict[int, Any] = {}
+        missing = False
+        for entry in entries:
+            state, doc, redaction = self._doc_for(entry)
+            if state in ("none", "present", "copy"):
+                docs[entry.seq] = doc
+            missing = missing or state == "missing"
+            if redaction is not None:
+                records = self.redactions.get(entry.payload or "", [])
+                report.redacted.append(
+                    {
+                        "i": entry.i,
+                        "seq": entry.seq,
+                        "kind": entry.kind,
+                        "payload": entry.payload,
+                        "fields": list(redaction.fields) if redaction and redaction.fields else None,
+                        "redactions": [r_entry.seq for r_entry, _ in records],
+                        "by": redaction.by if redaction else None,
+                        "reason": redaction.reason if redaction else None,
+                    }
+                )
+        if ended_at is None or not chain_ok or missing:
+            report.fingerprint_status = "not_ended" if ended_at is None else "unavailable"
+            return report
+        end = entries[ended_at]
+        end_doc = docs.get(end.seq)
+        recorded = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
+        report.fingerprint = recorded if isinstance(recorded, str) else None
+        if report.fingerprint is None:
+            report.fingerprint_status = "redacted"
+            report.fingerprint_detail = "the run.end payload (with the recorded fingerprint) is redacted"
+            return report
+        try:
+            report.recomputed = _recompute(entries, docs)
+        except _Unavailable as exc:
+            report.fingerprint_status = "redacted"
+            report.fingerprint_detail = f"not recomputable: {exc}"
+            return report
+        except (KeyError, TypeError, AttributeError) as exc:
+            report.fingerprint_status = "mismatch"
+            self.fail(
+                "fingerprint.recompute",
+                f"the run's payloads do not have the members a fingerprint needs ({exc!r})",
+                run=run,
+            )
+            return report
+        if report.recomputed == report.fingerprint:
+            report.fingerprint_status = "match"
+        else:
+            report.fingerprint_status = "mismatch"
+            self.fail(
+                "fingerprint.mismatch",
+                f"the fingerprint recomputed from the entries is {report.recomputed}, run.end "
+                f"records {report.fingerprint}",
+                file=ENTRIES,
+                run=run,
+                i=end.i,
+                seq=end.seq,
+            )
+        return report
+
+    # -- the manifest's summary ------------------------------------------------------------
+    def check_summary(self) -> None:
+        manifest = self.manifest
+        if manifest is None:
+            return
+        if self.checkpoint is not None:
+            expected = {
+                "origin": self.checkpoint.origin,
+                "size": self.checkpoint.size,
+                "root": self.checkpoint.root.hex(),
+            }
+            if manifest.get("checkpoint") != expected:
+                self.fail(
+                    "manifest.summary",
+                    f"the manifest's checkpoint {manifest.get('checkpoint')!r} is not the one in "
+                    f"checkpoint.note {expected!r}",
+                    file=MANIFEST,
+                )
+        runs = manifest.get("runs")
+        derived = {run.run: run.summary() for run in self.report.runs}
+        if not isinstance(runs, list):
+            self.fail("manifest.summary", "runs must be a list", file=MANIFEST)
+        else:
+            claimed: dict[str, Any] = {
+                str(run.get("run")): run for run in runs if isinstance(run, dict)
+            }
+            for name in sorted(set(claimed) | set(derived), key=str):
+                if claimed.get(name) != derived.get(name):
+                    self.fail(
+                        "manifest.summary",
+                        f"the manifest describes run {name} as {claimed.get(name)!r}, the entries "
+                        f"say {derived.get(name)!r}",
+                        file=MANIFEST,
+                        run=str(name),
+                    )
+        policies = sorted(
+            {
+                item.entry.payload
+                for item in self.entries
+                if item.entry.run == ADMIN_RUN and item.entry.kind == POLICY_KIND and item.entry.payload
+            }
+        )
+        if manifest.get("policies") != policies:
+            self.fail(
+                "manifest.summary",
+                f"the manifest lists policies {manifest.get('policies')!r}, the bundle holds {policies!r}",
+                file=MANIFEST,
+            )
+        redacted = sorted(
+            (
+                {"payload": digest, "redactions": [e.seq for e, _ in self.redactions[digest]]}
+                for digest in {
+                    item.entry.payload for item in self.entries if item.entry.payload
+                }
+                if digest in self.redactions
+                and f"{PAYLOAD_DIR}/{digest}.json" not in self.files
+            ),
+            key=lambda item: str(item["payload"]),
+        )
+        if manifest.get("redacted") != redacted:
+            self.fail(
+                "manifest.summary",
+                "the manifest's list of redacted payloads differs from the bundle's",
+                file=MANIFEST,
+            )
+
+    def run(self) -> BundleReport:
+        self.container()
+        self.read_manifest()
+        self.read_checkpoint()
+        self.read_entries()
+        self.check_proofs()
+        self.check_admin()
+        self.check_payloads()
+        self.check_runs()
+        self.check_summary()
+        return self.report
+
+
+def verify_bundle(
+    bundle: Path | BundleFiles,
+    pinned: Sequence[PinnedKey],
+    *,
+    origin: str | None = None,
+    allow_open: bool = False,
+    required_runs: Sequence[str] = (),
+) -> BundleReport:
+    """Verify a bundle (a path: directory, ``.zip`` or ``.tar``; or files already read)
+    against the pinned keys. Never raises for a bad bundle: everything found is in the
+    report. ``origin`` additionally pins the log's origin; ``allow_open`` accepts runs that
+    have not ended; ``required_runs`` must all be in the bundle."""
+    files = bundle if isinstance(bundle, BundleFiles) else read_bundle_files(Path(bundle))
+    return _Verifier(files, pinned, origin, allow_open, required_runs).run()

@@ -1,0 +1,1 @@
+"""Example agents, runnable with ``tracelock run tracelock.examples.<module>:agent``."""

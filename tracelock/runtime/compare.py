@@ -1,0 +1,101 @@
+"""Comparing runs: where two runs' deterministic projections first differ, and how.
+
+Used by ``drift`` (the same input run N times) and ``diff`` (any two runs). The kinds of
+difference: ``input``, ``policy``, ``agent``, ``tool`` (an effect added, missing or
+replaced), ``ordering`` (the same effects in another order), ``argument``, ``output`` (a
+tool's or the run's output), ``retry`` (attempts), ``timeout``, ``outcome``, ``routing``,
+``sandbox``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tracelock.core.canonical import dumps
+from tracelock.core.fingerprint import effect_projection, run_projection
+from tracelock.runtime.records import RunRecord
+
+__all__ = ["projection_of", "first_difference", "step_table"]
+
+_EFFECT_FIELDS = (
+    ("kind", "tool"),
+    ("name", "tool"),
+    ("class", "tool"),
+    ("args", "argument"),
+    ("result", "output"),
+    ("outcome", "outcome"),
+    ("code", "outcome"),
+    ("attempts", "retry"),
+    ("timeout_ms", "timeout"),
+    ("sandbox", "sandbox"),
+)
+
+
+def projection_of(record: RunRecord) -> dict[str, Any]:
+    """The fingerprint projection of a recorded run (from its journal)."""
+    end = record.end or {}
+    return run_projection(
+        agent=record.agent,
+        input=record.input,
+        policy_hash=record.policy_hash,
+        effects=[record.effects[step] for step in sorted(record.effects)],
+        routing=record.routing,
+        output=end.get("output"),
+        outcome=str(end.get("outcome")),
+        code=end.get("code"),
+    )
+
+
+def _identity(effect: Mapping[str, Any]) -> bytes:
+    return dumps([effect.get("kind"), effect.get("name"), effect.get("args")])
+
+
+def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The first component where projection ``b`` differs from ``a``, or None if identical."""
+    for key, kind in (("agent", "agent"), ("input", "input"), ("policy", "policy")):
+        if a[key] != b[key]:
+            return {"component": key, "kind": kind, "step": None, "a": a[key], "b": b[key]}
+    effects_a, effects_b = a["effects"], b["effects"]
+    for index in range(max(len(effects_a), len(effects_b))):
+        if index >= len(effects_a) or index >= len(effects_b):
+            present = effects_b[index] if index >= len(effects_a) else effects_a[index]
+            return {
+                "component": "effects",
+                "kind": "tool",
+                "step": present["step"],
+                "field": "added" if index >= len(effects_a) else "missing",
+                "a": effects_a[index] if index < len(effects_a) else None,
+                "b": effects_b[index] if index < len(effects_b) else None,
+            }
+        ea, eb = effects_a[index], effects_b[index]
+        if ea == eb:
+            continue
+        if _identity(ea) != _identity(eb) and sorted(map(_identity, effects_a)) == sorted(map(_identity, effects_b)):
+            return {"component": "effects", "kind": "ordering", "step": ea["step"], "field": "order", "a": ea, "b": eb}
+        for field, kind in _EFFECT_FIELDS:
+            if ea.get(field) != eb.get(field):
+                return {"component": "effects", "kind": kind, "step": ea["step"], "field": field, "a": ea.get(field), "b": eb.get(field)}
+    if a["routing"] != b["routing"]:
+        return {"component": "routing", "kind": "routing", "step": None, "a": a["routing"], "b": b["routing"]}
+    for key, kind in (("outcome", "outcome"), ("code", "outcome"), ("output", "output")):
+        if a[key] != b[key]:
+            return {"component": key, "kind": kind, "step": None, "a": a[key], "b": b[key]}
+    return None
+
+
+def step_table(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
+    """Step by step: each step's projection in both runs and which fields differ."""
+    rows = []
+    for step in sorted(set(a.effects) | set(b.effects)):
+        pa = effect_projection(a.effects[step]) if step in a.effects else None
+        pb = effect_projection(b.effects[step]) if step in b.effects else None
+        if pa is None or pb is None:
+            differing = ["missing" if pb is None else "added"]
+        else:
+            differing = [field for field, _ in _EFFECT_FIELDS if pa.get(field) != pb.get(field)]
+        label_a = f"{pa['kind']} {pa['name']}" if pa else "-"
+        label_b = f"{pb['kind']} {pb['name']}" if pb else "-"
+        rows.append({"step": step, "a": label_a, "b": label_b, "same": not differing, "differs": differing,
+                     "outcome_a": pa and pa["outcome"], "outcome_b": pb and pb["outcome"]})
+    return rows

@@ -1,0 +1,78 @@
+"""Errors of the runtime layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracelock.errors import ReplayError, RuntimeFault, TracelockError
+from tracelock.runtime.outcomes import Outcome, Phase
+
+__all__ = [
+    "StepError",
+    "AgentDefinitionError",
+    "LifecycleError",
+    "RunStateError",
+    "DivergenceError",
+    "ToolNotFoundError",
+]
+
+
+class StepError(TracelockError):
+    """Raised into agent code when one of its steps fails.
+
+    The agent may catch it and carry on (a denied action is information); if it does not,
+    the run ends with this step's outcome and code.
+    """
+
+    code = "STEP_ERROR"
+
+    def __init__(
+        self,
+        *,
+        outcome: Outcome,
+        step_code: str,
+        phase: Phase,
+        step: int,
+        message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"step {step} {outcome.value} [{step_code}] in {phase.value}: {message}", details=details)
+        self.outcome = outcome
+        self.step_code = step_code
+        self.phase = phase
+        self.step = step
+        self.reason = message
+
+
+class AgentDefinitionError(RuntimeFault):
+    """An agent cannot be used (not callable, cannot be imported by name, bad intents)."""
+
+    code = "AGENT_INVALID"
+
+
+class ToolNotFoundError(RuntimeFault):
+    """A tool name given to the runtime's API is not registered."""
+
+    code = "TOOL_NOT_FOUND"
+
+
+class LifecycleError(RuntimeFault):
+    """An illegal run state transition was attempted: a bug, never silently applied."""
+
+    code = "LIFECYCLE_ILLEGAL_TRANSITION"
+
+
+class RunStateError(RuntimeFault):
+    """The operation does not fit the run's current state (e.g. approving a step nobody waits on)."""
+
+    code = "RUN_STATE_INVALID"
+
+
+class DivergenceError(ReplayError):
+    """Code requested an effect that does not match the recorded one at that step."""
+
+    code = "REPLAY_DIVERGED"
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__(report.get("message", "replay diverged"), details=report)
+        self.report = report

@@ -1,0 +1,215 @@
+"""How a run is written to the journal, and read back.
+
+Entry kinds of a run (payloads are JSON documents, stored content-addressed):
+
+=================  =========================================================================
+``run.start``      ``{"agent", "input", "policy", "seed", "parent"}``; meta ``status=running``
+``effect``         a complete effect: intent and result in one document (effects that cannot
+                   change the world: read-only tools, LLM calls, clock, randomness, and any
+                   step that failed before EXECUTE)
+``effect.intent``  an idempotent or irreversible effect about to run: ``{"step", "kind",
+                   "name", "class", "args", "timeout_ms", "idempotency_key"}``
+``effect.result``  its result: ``{"step", "outcome", "code", "phase", "result", "error",
+                   "attempts"}``
+``gather.order``   ``{"first", "steps"}``: completion order of a ``ctx.gather``
+``route``          one routing decision of ``send_intent``
+``approval``       ``{"step", "decision", "by", "reason"}``
+``run.state``      a lifecycle transition (meta ``status``); payload says why
+``run.end``        ``{"outcome", "code", "output", "fingerprint", "error"}``; meta ``status``
+``patch``          ``{"id"}``: the run took the code path of a ``ctx.patched(id)`` change
+``resolution``     ``{"step", "action": "retry", "by", "reason"}``: an operator allowed a blocked
+                   irreversible step to run once more
+=================  =========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracelock.core.entry import Entry
+from tracelock.storage.backend import NO_PAYLOAD, Store
+
+__all__ = ["RunRecord", "load_run", "RunJournal", "merge_effect"]
+
+START = "run.start"
+EFFECT = "effect"
+INTENT = "effect.intent"
+RESULT = "effect.result"
+GATHER = "gather.order"
+ROUTE = "route"
+APPROVAL = "approval"
+STATE = "run.state"
+END = "run.end"
+PATCH = "patch"
+RESOLUTION = "resolution"
+
+
+def merge_effect(intent: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """One complete effect document from an intent and its result."""
+    merged = dict(intent)
+    merged.update({key: value for key, value in result.items() if key != "step"})
+    return merged
+
+
+@dataclass
+class RunRecord:
+    """A run as its journal tells it."""
+
+    run_id: str
+    start: dict[str, Any]
+    status: str
+    effects: dict[int, dict[str, Any]] = field(default_factory=dict)
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)
+    approvals: dict[int, dict[str, Any]] = field(default_factory=dict)
+    routing: list[dict[str, Any]] = field(default_factory=list)
+    gather_orders: dict[int, list[int]] = field(default_factory=dict)
+    states: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    entries: list[Entry] = field(default_factory=list)
+    redacted: list[str] = field(default_factory=list)
+    patches: set[str] = field(default_factory=set)
+    retries: set[int] = field(default_factory=set)
+
+    @property
+    def agent(self) -> str:
+        return str(self.start.get("agent", ""))
+
+    @property
+    def entry(self) -> str:
+        """Where the agent's code lives (``module:qualname``), to import it again."""
+        return str(self.start.get("entry") or self.start.get("agent", ""))
+
+    @property
+    def input(self) -> Any:
+        return self.start.get("input")
+
+    @property
+    def policy_hash(self) -> str | None:
+        value = self.start.get("policy")
+        return value if isinstance(value, str) else None
+
+    @property
+    def parent(self) -> dict[str, Any] | None:
+        value = self.start.get("parent")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def waiting_step(self) -> int | None:
+        """The step an ``awaiting_approval`` or ``blocked`` run waits on."""
+        if self.status in ("awaiting_approval", "blocked") and self.states:
+            step = self.states[-1].get("step")
+            return step if isinstance(step, int) else None
+        return None
+
+
+def _payload(store: Store, entry: Entry, record: RunRecord) -> Any:
+    if entry.payload is None:
+        return None
+    state = store.payload_state(entry.payload)
+    if state != "present":
+        record.redacted.append(entry.payload)
+        return {"__tracelock__": state, "hash": entry.payload}
+    return store.get_payload(entry.payload)
+
+
+def load_run(store: Store, run_id: str) -> RunRecord:
+    """Read a run's entries and payloads into a :class:`RunRecord`."""
+    entries = store.entries(run_id)
+    record = RunRecord(run_id=run_id, start={}, status="created", entries=entries)
+    for entry in entries:
+        doc = _payload(store, entry, record)
+        status = (entry.meta or {}).get("status")
+        if entry.kind == START:
+            record.start = doc if isinstance(doc, dict) else {}
+        elif entry.kind == EFFECT:
+            record.effects[doc["step"]] = doc
+        elif entry.kind == INTENT:
+            record.pending[doc["step"]] = doc
+        elif entry.kind == RESULT:
+            intent = record.pending.pop(doc["step"], {"step": doc["step"]})
+            record.effects[doc["step"]] = merge_effect(intent, doc)
+        elif entry.kind == GATHER:
+            record.gather_orders[doc["first"]] = list(doc["steps"])
+        elif entry.kind == ROUTE:
+            record.routing.append(doc)
+        elif entry.kind == APPROVAL:
+            record.approvals[doc["step"]] = doc
+        elif entry.kind == STATE:
+            record.states.append(dict(doc or {}, status=status))
+        elif entry.kind == END:
+            record.end = doc
+        elif entry.kind == PATCH:
+            record.patches.add(str(doc.get("id")))
+        elif entry.kind == RESOLUTION:
+            record.retries.add(int(doc["step"]))
+        if isinstance(status, str):
+            record.status = status
+    return record
+
+
+class RunJournal:
+    """Writes one run's entries with the durability the effect's class needs.
+
+    ``strict`` makes every entry durable before the call returns. Otherwise durability is
+    enforced exactly where a crash could do harm: an idempotent or irreversible effect's
+    intent is durable before it executes (and with it everything the run recorded before);
+    an irreversible effect's result is durable before the agent sees it; every lifecycle
+    state and the run's end are durable before they are reported. Entries of effects that
+    cannot change the world (read-only tools, LLM calls, the clock, randomness) become
+    durable with the next of those points; a crash before it only means recovery re-runs
+    them, which their class allows.
+    """
+
+    def __init__(self, store: Store, run_id: str, *, strict: bool = False, batch: bool = False) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.strict = strict
+        # In a batch (recovery), state changes and ends are made durable together by the
+        # caller's final sync, before anything is reported; effects keep their own rules.
+        self.batch = batch
+
+    def _append(self, kind: str, payload: Any = NO_PAYLOAD, *, meta: dict[str, Any] | None = None, durable: bool) -> Entry:
+        return self.store.append(
+            self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict
+        )
+
+    def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> Entry:
+        meta: dict[str, Any] = {"agent": agent, "status": "running"}
+        if parent is not None:
+            meta["parent"] = parent
+        return self._append(START, doc, meta=meta, durable=False)
+
+    def effect(self, doc: dict[str, Any]) -> Entry:
+        return self._append(EFFECT, doc, durable=False)
+
+    def intent(self, doc: dict[str, Any]) -> Entry:
+        return self._append(INTENT, doc, durable=True)
+
+    def result(self, doc: dict[str, Any], *, durable: bool) -> Entry:
+        return self._append(RESULT, doc, durable=durable)
+
+    def gather_order(self, first: int, steps: list[int]) -> Entry:
+        return self._append(GATHER, {"first": first, "steps": steps}, durable=False)
+
+    def route(self, doc: dict[str, Any]) -> Entry:
+        return self._append(ROUTE, doc, durable=False)
+
+    def mark(self, kind: str, doc: dict[str, Any]) -> Entry:
+        return self._append(kind, doc, durable=False)
+
+    def resolution(self, doc: dict[str, Any]) -> Entry:
+        return self._append(RESOLUTION, doc, durable=True)
+
+    def operator_result(self, doc: dict[str, Any]) -> Entry:
+        """An operator's account of a step whose result was never journaled."""
+        return self._append(RESULT, doc, durable=True)
+
+    def approval(self, doc: dict[str, Any]) -> Entry:
+        return self._append(APPROVAL, doc, durable=True)
+
+    def state(self, status: str, doc: dict[str, Any]) -> Entry:
+        return self._append(STATE, doc, meta={"status": status}, durable=not self.batch)
+
+    def end(self, status: str, doc: dict[str, Any]) -> Entry:
+        return self._append(END, doc, meta={"status": status}, durable=not self.batch)

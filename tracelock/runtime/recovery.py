@@ -1,0 +1,169 @@
+"""Crash recovery: find every unfinished run and continue it from its journal.
+
+Effects with a recorded result are answered from the journal (never re-run). An unfinished
+read-only effect is re-run; an unfinished idempotent effect is re-run with the idempotency
+key it was first given; an unfinished irreversible effect leaves its run ``blocked``,
+naming the step, until an operator resolves it (``resolve``: record what really happened,
+or allow one explicit retry) or aborts the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tracelock.runtime.context import OPERATOR_RESOLVED_FAILURE
+from tracelock.runtime.errors import AgentDefinitionError, DivergenceError, RunStateError
+from tracelock.runtime.lifecycle import TERMINAL_STATES, check_transition
+from tracelock.runtime.records import RunJournal, RunRecord, load_run
+
+if TYPE_CHECKING:
+    from tracelock.runtime.runtime import Runtime
+
+__all__ = ["RecoveryReport", "recover_runs", "resolve_step", "abort_run", "resumable"]
+
+
+@dataclass
+class RecoveryReport:
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> list[dict[str, Any]]:
+        return [run for run in self.runs if run["to"] == "blocked"]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [run for run in self.runs if run.get("error_kind")]
+
+    def to_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run["to"]] = counts.get(run["to"], 0) + 1
+        return {"runs": self.runs, "counts": counts}
+
+
+def resumable(record: RunRecord) -> bool:
+    """Can recovery continue this run without a human?"""
+    if record.status == "running":
+        return True
+    step = record.waiting_step
+    if record.status == "awaiting_approval":
+        return step is not None and step in record.approvals
+    if record.status == "blocked":
+        return step is not None and (step in record.effects or step in record.retries)
+    return False
+
+
+def recover_runs(
+    runtime: Runtime,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> RecoveryReport:
+    report = RecoveryReport()
+    unfinished = [info for info in runtime.store.runs() if info.status not in TERMINAL_STATES]
+    runtime._batch = True
+    try:
+        _recover_each(runtime, unfinished, report, progress)
+    finally:
+        runtime._batch = False
+        runtime.store.sync()  # every state change and end is durable before it is reported
+    return report
+
+
+def _recover_each(
+    runtime: Runtime,
+    unfinished: list[Any],
+    report: RecoveryReport,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    for position, info in enumerate(reversed(unfinished)):  # oldest first
+        record = load_run(runtime.store, info.run)
+        row: dict[str, Any] = {"run": info.run, "agent": info.agent, "from": record.status}
+        if not resumable(record):
+            row.update(to=record.status, waiting_step=record.waiting_step, reason="waits for a human")
+        else:
+            try:
+                result = runtime.resume(info.run, record=record)
+                row.update(
+                    to=result.status,
+                    outcome=result.outcome,
+                    code=result.code,
+                    waiting_step=result.waiting_step,
+                    reason=result.error,
+                )
+            except (AgentDefinitionError, DivergenceError) as exc:
+                row.update(to=record.status, error_kind=exc.code, reason=exc.message)
+        report.runs.append(row)
+        if progress is not None:
+            progress(position + 1, len(unfinished))
+
+
+def resolve_step(
+    runtime: Runtime,
+    run_id: str,
+    step: int,
+    *,
+    by: str,
+    reason: str,
+    result: Any = None,
+    failed: str | None = None,
+    retry: bool = False,
+) -> None:
+    """Record what really happened at a blocked step (a result, a failure) or allow one
+    explicit re-execution. The run is then resumable by recovery."""
+    record = load_run(runtime.store, run_id)
+    if record.status != "blocked" or record.waiting_step != step:
+        raise RunStateError(
+            f"run {run_id} is {record.status}; it is not blocked on step {step}"
+            + (f" (it waits on step {record.waiting_step})" if record.waiting_step is not None else "")
+        )
+    if step not in record.pending:
+        raise RunStateError(f"run {run_id} has no unfinished effect at step {step}")
+    if not by:
+        raise RunStateError("a resolution must name who resolved it (by=...)")
+    journal = RunJournal(runtime.store, run_id)
+    operator = {"by": by, "reason": reason}
+    if retry:
+        journal.resolution({"step": step, "action": "retry", "by": by, "reason": reason})
+        return
+    if failed is not None:
+        doc = {
+            "step": step,
+            "outcome": OPERATOR_RESOLVED_FAILURE.outcome.value,
+            "code": OPERATOR_RESOLVED_FAILURE.code,
+            "phase": "EXECUTE",
+            "result": None,
+            "error": {"message": failed, "details": {}},
+            "attempts": 1,
+            "operator": operator,
+        }
+    else:
+        doc = {
+            "step": step,
+            "outcome": "SUCCESS",
+            "code": None,
+            "phase": None,
+            "result": result,
+            "error": None,
+            "attempts": 1,
+            "operator": operator,
+        }
+    journal.operator_result(doc)
+
+
+def abort_run(runtime: Runtime, run_id: str, *, by: str, reason: str) -> None:
+    """End an unfinished run as ``aborted``; nothing of it runs again."""
+    record = load_run(runtime.store, run_id)
+    check_transition(record.status, "aborted")
+    RunJournal(runtime.store, run_id).end(
+        "aborted",
+        {
+            "outcome": None,
+            "code": "RUN_ABORTED",
+            "output": None,
+            "fingerprint": None,
+            "error": reason,
+            "by": by,
+        },
+    )

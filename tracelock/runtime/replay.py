@@ -1,0 +1,110 @@
+"""Replay: re-execute an agent's current code with every effect answered from the journal.
+
+Each effect the code requests must match the recorded one at the same step in kind, name
+and canonical arguments; the first mismatch stops the replay with a divergence report.
+A replay writes nothing. A matching replay reproduces the recorded output and fingerprint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tracelock.core.jsondiff import diff
+from tracelock.runtime.context import RunContext
+from tracelock.runtime.errors import DivergenceError
+from tracelock.runtime.records import RunRecord, load_run
+
+if TYPE_CHECKING:
+    from tracelock.runtime.runtime import Runtime
+
+__all__ = ["ReplayReport", "replay_run"]
+
+
+@dataclass
+class ReplayReport:
+    run_id: str
+    matched: bool
+    recorded_fingerprint: str | None
+    replayed_fingerprint: str | None
+    divergence: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "matched": self.matched,
+            "recorded_fingerprint": self.recorded_fingerprint,
+            "replayed_fingerprint": self.replayed_fingerprint,
+            "divergence": self.divergence,
+        }
+
+
+def replay_run(
+    runtime: Runtime, run_id: str, agent: Callable[..., Any] | str | None = None
+) -> ReplayReport:
+    record = load_run(runtime.store, run_id)
+    return replay_record(runtime, record, agent)
+
+
+def replay_record(
+    runtime: Runtime, record: RunRecord, agent: Callable[..., Any] | str | None = None
+) -> ReplayReport:
+    func, _ = runtime.agent_for(record, agent)
+    name = record.agent  # the agent's identity is the recorded one; its code is what is tested
+    recorded_end = record.end or {}
+    recorded_fp = recorded_end.get("fingerprint")
+    ctx = RunContext(
+        runtime,
+        run_id=record.run_id,
+        input=record.input,
+        seed=str(record.start.get("seed")),
+        journal=None,
+        recording=record,
+        replay_only=True,
+        start_ms=record.entries[0].ts if record.entries else 0,
+        policy=runtime.policy_of(record),
+    )
+    try:
+        result = runtime._drive(ctx, func, name, record.input, None, status="running")
+    except DivergenceError as exc:
+        return ReplayReport(record.run_id, False, recorded_fp, None, exc.report)
+    unused = sorted(set(record.effects) - set(ctx.effects))
+    if unused:
+        step = unused[0]
+        missing = record.effects[step]
+        return ReplayReport(
+            record.run_id,
+            False,
+            recorded_fp,
+            result.fingerprint,
+            {
+                "message": f"step {step}: the recorded {missing.get('kind')} "
+                f"{missing.get('name')!r} was never requested by the code",
+                "step": step,
+                "kind": "missing_effect",
+                "recorded": {key: missing.get(key) for key in ("kind", "name", "args")},
+                "requested": None,
+            },
+        )
+    if result.fingerprint != recorded_fp or result.output != recorded_end.get("output"):
+        return ReplayReport(
+            record.run_id,
+            False,
+            recorded_fp,
+            result.fingerprint,
+            {
+                "message": "every effect matched, but the run's result differs "
+                f"(outcome {result.outcome} vs {recorded_end.get('outcome')}; "
+                f"fingerprint {result.fingerprint} vs {recorded_fp})",
+                "step": None,
+                "kind": "changed_output",
+                "recorded": {"output": recorded_end.get("output"), "outcome": recorded_end.get("outcome")},
+                "requested": {"output": result.output, "outcome": result.outcome},
+                "diff": diff(
+                    {"output": recorded_end.get("output"), "outcome": recorded_end.get("outcome")},
+                    {"output": result.output, "outcome": result.outcome},
+                ),
+            },
+        )
+    return ReplayReport(record.run_id, True, recorded_fp, result.fingerprint, None)

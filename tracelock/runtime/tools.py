@@ -1,0 +1,181 @@
+"""Tools: plain functions registered with an argument schema, a side-effect class, a timeout
+and a retry policy.
+
+The schema is JSON Schema (draft-07 subset, validated with ``fastjsonschema``); when not
+given it is derived from the function's type hints. Validation is a pure function of the
+arguments, so a bad argument always yields the same VALIDATION_ERROR.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+import fastjsonschema
+
+from tracelock.errors import RuntimeFault
+
+__all__ = [
+    "SideEffect",
+    "SIDE_EFFECTS",
+    "RetryPolicy",
+    "Tool",
+    "ToolDefinitionError",
+    "schema_from_signature",
+]
+
+SideEffect = Literal["read_only", "idempotent", "irreversible"]
+SIDE_EFFECTS: tuple[str, ...] = ("read_only", "idempotent", "irreversible")
+
+
+class ToolDefinitionError(RuntimeFault):
+    """A tool was registered wrongly (bad name, side-effect class, schema or retry policy)."""
+
+    code = "TOOL_DEFINITION_INVALID"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many times a failing tool is tried, and the fixed delays between attempts.
+
+    Delays are fixed (no jitter) so that a retried run is reproducible; they are slept
+    through the runtime's injected sleeper. ``retry_on`` names the exception classes that
+    are retried; anything else fails at once.
+    """
+
+    max_attempts: int = 1
+    delays_ms: tuple[int, ...] = ()
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ToolDefinitionError("max_attempts must be at least 1")
+        if any(delay < 0 for delay in self.delays_ms):
+            raise ToolDefinitionError("retry delays must not be negative")
+
+    def delay_before(self, attempt: int) -> int:
+        """Milliseconds to wait before ``attempt`` (2, 3, ...); the last delay repeats."""
+        if not self.delays_ms:
+            return 0
+        return self.delays_ms[min(attempt - 2, len(self.delays_ms) - 1)]
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+@dataclass
+class Tool:
+    """A registered tool."""
+
+    name: str
+    func: Callable[..., Any]
+    side_effect: SideEffect
+    schema: dict[str, Any]
+    timeout_s: float | None = 30.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    description: str = ""
+    wants_idempotency_key: bool = False
+    is_async: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or not set(self.name) <= _NAME_CHARS:
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} must be letters, digits, '_', '.', '-'"
+            )
+        if self.side_effect not in SIDE_EFFECTS:
+            raise ToolDefinitionError(
+                f"tool {self.name}: side_effect must be one of {', '.join(SIDE_EFFECTS)}"
+            )
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ToolDefinitionError(f"tool {self.name}: timeout must be positive")
+        try:
+            self._validate = fastjsonschema.compile(self.schema)
+        except fastjsonschema.JsonSchemaDefinitionException as exc:
+            raise ToolDefinitionError(f"tool {self.name}: invalid JSON Schema: {exc}") from None
+        self.is_async = inspect.iscoroutinefunction(self.func)
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return None if self.timeout_s is None else round(self.timeout_s * 1000)
+
+    def validate(self, args: Mapping[str, Any]) -> str | None:
+        """None when ``args`` satisfy the schema, else the first violation as text."""
+        try:
+            self._validate(args)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            return str(exc.message)
+        return None
+
+
+_JSON_TYPES: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    dict: {"type": "object"},
+    list: {"type": "array"},
+    Any: {},
+}
+
+
+def _schema_for(annotation: Any, where: str) -> dict[str, Any]:
+    if annotation in _JSON_TYPES:
+        return dict(_JSON_TYPES[annotation])
+    origin = get_origin(annotation)
+    arguments = get_args(annotation)
+    if origin is Literal:
+        return {"enum": list(arguments)}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_schema_for(argument, where) for argument in arguments]}
+    if origin in (list, tuple, abc.Sequence):
+        schema: dict[str, Any] = {"type": "array"}
+        if arguments and origin is not tuple:
+            schema["items"] = _schema_for(arguments[0], where)
+        return schema
+    if origin in (dict, abc.Mapping):
+        schema = {"type": "object"}
+        if len(arguments) == 2:
+            schema["additionalProperties"] = _schema_for(arguments[1], where)
+        return schema
+    raise ToolDefinitionError(
+        f"{where}: cannot derive a JSON Schema from the annotation {annotation!r}; "
+        "pass schema= explicitly"
+    )
+
+
+def schema_from_signature(func: Callable[..., Any], *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """An object schema for ``func``'s keyword arguments, from its type hints.
+
+    Parameters without a default are required; unknown arguments are rejected.
+    """
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception as exc:
+        raise ToolDefinitionError(f"{func.__qualname__}: cannot read type hints: {exc}") from None
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, parameter in inspect.signature(func).parameters.items():
+        if name in skip:
+            continue
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"{func.__qualname__}: *args/**kwargs cannot be described; pass schema="
+            )
+        annotation = hints.get(name, Any)
+        properties[name] = _schema_for(annotation, f"{func.__qualname__}({name})")
+        if parameter.default is inspect.Parameter.empty:
+            required.append(name)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = required
+    return schema
