@@ -21,6 +21,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 	$(BIN)/mypy
 	$(BIN)/ruff check tracelock tests bench
+	$(BIN)/tracelock scan tracelock --config tracelock-scan.toml
+
+# The entropy scan of tracelock's own code (also run by `make test`).
+scan: $(STAMP)
+	$(BIN)/tracelock scan tracelock --config tracelock-scan.toml
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -42,7 +47,8 @@ BENCH_FLAGS := $(if $(QUICK),--quick,)
 
 bench:
 	test -x $(BENCH_BIN)/python || $(PYTHON) -m venv $(BENCH_VENV)
-	if [ ! -f $(BENCH_STAMP) ] || [ -n "$$(find pyproject.toml constraints.txt bench/requirements-peers.txt -newer $(BENCH_STAMP))" ]; then \
+	@if [ ! -f $(BENCH_STAMP) ] || [ -n "$$(find pyproject.toml constraints.txt bench/requirements-peers.txt -newer $(BENCH_STAMP))" ]; then \
+	  echo "bench: installing the project and the peers into $(BENCH_VENV)"; \
 	  $(BENCH_PIP) -e . rfc8785 || exit 1; \
 	  complete=1; \
 	  for extra in matplotlib $(BENCH_PEERS); do \

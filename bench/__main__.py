@@ -12,7 +12,7 @@ import json
 import sys
 
 #: Benchmark modules run by ``python -m bench``, in order.
-MODULES = ["canonical"]
+MODULES = ["canonical", "journal", "runtime", "recovery", "merkle", "scan", "evidence"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+#: Set by the harness to run a DBOS test with the application version pinned in its config
+#: (rather than computed from the workflows' source, DBOS's default).
+DBOS_PINNED_VERSION_ENV = "BENCH_DBOS_APP_VERSION"
+
 
 class System:
     #: Short name, used on the command line and as the child's argument.
@@ -29,6 +33,9 @@ class System:
     recovery = ""
     #: The mechanism used to re-drive a completed run under changed code, for the report.
     replay = ""
+    #: Where, under the root given to :meth:`open`, the store's parts are (for the breakdown
+    #: of bytes stored per run).
+    store_subdir = ""
 
     def version(self) -> str:
         parts = []

@@ -12,11 +12,8 @@ from typing import Any
 from dbos import DBOS, DBOSConfig, SetWorkflowID
 
 from bench import workload
-from bench.peers.base import System
+from bench.peers.base import DBOS_PINNED_VERSION_ENV, System
 
-#: Set by the harness to run a test with DBOS's application version pinned in the config
-#: (rather than computed from the workflows' source, DBOS's default).
-PINNED_VERSION_ENV = "BENCH_DBOS_APP_VERSION"
 RECOVERY_WAIT_S = 15.0
 
 
@@ -26,7 +23,7 @@ def _launch(root: Path) -> None:
         "system_database_url": f"sqlite:///{root / 'dbos.sqlite'}",
         "log_level": "ERROR",
     }
-    pinned = os.environ.get(PINNED_VERSION_ENV)
+    pinned = os.environ.get(DBOS_PINNED_VERSION_ENV)
     if pinned:
         config["application_version"] = pinned
     DBOS(config=config)
@@ -71,13 +68,11 @@ class Dbos(System):
         if status is None:
             return {"output": None, "status": "missing", "said": "no such workflow", "noticed": False}
         if status.status == "SUCCESS":
-            output = DBOS.retrieve_workflow(run_id).get_result()
+            output: Any = DBOS.retrieve_workflow(run_id).get_result()
             return {"output": output, "status": "SUCCESS", "said": "recovered on launch", "noticed": False}
-        from dbos._dbos import GlobalParams
-
         said = (
             f"workflow still {status.status} after {RECOVERY_WAIT_S:.0f} s: it was started under "
-            f"application version {status.app_version}, this code is version {GlobalParams.app_version}, "
+            f"application version {status.app_version}, this code is version {DBOS.application_version}, "
             "and launch recovers only its own version's workflows"
         )
         if status.error is not None:

@@ -53,8 +53,8 @@ class Intentusnet(System):
 
     def child_replay(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> dict[str, Any]:
         store = FileExecutionStore(str(root / "records"))
-        ids = store.list_ids()
-        record = next(store.load(i) for i in ids if store.load(i).envelope.get("payload", {}).get("run_id") == run_id)
+        records = [store.load(execution_id) for execution_id in store.list_ids()]
+        record = next(r for r in records if r.envelope.get("payload", {}).get("run_id") == run_id)
         result = ReplayEngine(record).replay()
         said = f"returned the recorded response (envelope_hash_ok={result.envelope_hash_ok})"
         return {"output": result.response["payload"], "status": "replayed", "said": said, "noticed": False}

@@ -17,12 +17,19 @@ class Tracelock(System):
     title = "tracelock"
     distributions = ("tracelock",)
     app_module = "tracelock_app"
-    durability = "hash-chained journal, fsynced (group commit) before run() returns"
+    durability = (
+        'durability="auto" (the default): the journal is fsynced at the run\'s end before run() '
+        "returns; entries of read-only effects wait in the process for that point"
+    )
+    strict = False
+    store_subdir = "store"
     recovery = "Runtime.recover() (resumes every unfinished run from its journal)"
     replay = "Runtime.replay(run_id) (re-executes the current code against the record)"
 
     def open(self, root: Path) -> None:
-        self.runtime = Runtime(root / "store", workload.POLICY, toolkits=(workload.kit,))
+        self.runtime = Runtime(
+            root / "store", workload.POLICY, toolkits=(workload.kit,), durability=self.durability_mode
+        )
         self.run_ids: list[str] = []
 
     def run(self, number: int) -> Any:
@@ -45,10 +52,13 @@ class Tracelock(System):
     def close(self) -> None:
         self.runtime.close()
 
-    @staticmethod
-    def _runtime(app: ModuleType | None, root: Path) -> Runtime:
+    @property
+    def durability_mode(self) -> str:
+        return "strict" if self.strict else "auto"
+
+    def _runtime(self, app: ModuleType | None, root: Path) -> Runtime:
         assert app is not None
-        return Runtime(root / "store", workload.POLICY, toolkits=(app.kit,))
+        return Runtime(root / "store", workload.POLICY, toolkits=(app.kit,), durability=self.durability_mode)
 
     def child_run(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> Any:
         assert app is not None
@@ -57,7 +67,10 @@ class Tracelock(System):
     def child_recover(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> dict[str, Any]:
         runtime = self._runtime(app, root)
         report = runtime.recover()
-        row = next(row for row in report.runs if row["run"] == run_id)
+        row = next((row for row in report.runs if row["run"] == run_id), None)
+        if row is None:
+            said = "recover() found no such run: none of its entries had reached the journal file"
+            return {"output": None, "status": "unknown", "said": said, "noticed": False}
         result = runtime.retrieve(run_id)
         noticed = row.get("error_kind") is not None
         said = f"{row['error_kind']}: {row['reason']}" if noticed else f"run {row['from']} -> {row['to']}"
@@ -69,4 +82,12 @@ class Tracelock(System):
         return {"output": None, "status": "replayed", "said": said, "noticed": not report.matched}
 
 
+class TracelockStrict(Tracelock):
+    key = "tracelock-strict"
+    title = 'tracelock (durability="strict")'
+    durability = 'durability="strict": every journal entry is fsynced (group commit) before the call returns'
+    strict = True
+
+
 SYSTEM = Tracelock()
+STRICT = TracelockStrict()

@@ -261,6 +261,13 @@ def test_malformed_policies_are_rejected_naming_the_key_path(
         assert path in info.value.message
 
 
+def test_error_details_are_always_json() -> None:
+    for version in (2, 2**70, -(2**70)):
+        with pytest.raises(PolicyVersionError) as info:
+            Policy.from_mapping({"version": version})
+        dumps(info.value.to_dict())
+
+
 SYNTAX_ERRORS = [
     ("toml", "version = 1\nversion = 1\n"),
     ("toml", "version = 1\n[[tools]]\nname = 'a'\nname = 'b'\n"),

@@ -4,6 +4,7 @@ sees an irreversible result."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +98,8 @@ def test_a_failed_irreversible_effect_is_also_durable_before_the_agent_continues
             return "checked"
 
         def agent(ctx: Any, _: Any) -> Any:
-            try:
+            with contextlib.suppress(Exception):
                 ctx.call("pay", amount=1)
-            except Exception:  # noqa: BLE001 - the test only needs to carry on
-                pass
             return ctx.call("check")
 
         assert runtime.run(agent).output == "checked"

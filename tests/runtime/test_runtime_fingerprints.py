@@ -16,7 +16,7 @@ from runtime_helpers import Ids, Ticks, allow, assert_store_ok, record_of, runti
 
 from tracelock.core.fingerprint import fingerprint, run_projection
 from tracelock.errors import StoreError
-from tracelock.runtime.runtime import Runtime, RunResult
+from tracelock.runtime.runtime import RunResult, Runtime
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = allow("lookup", "tally", llm={"allow": True, "models": ["m"]})
@@ -85,7 +85,7 @@ def record(tmp_path: Path, name: str, *, request: Any = REQUEST, policy: Any = P
 
 def test_the_same_agent_and_input_give_the_same_fingerprint_in_fresh_stores(tmp_path: Path) -> None:
     one, rt1 = record(tmp_path, "one", clock=Ticks(start=1_000), ids=Ids("a"))
-    two, rt2 = record(tmp_path, "two", clock=Ticks(start=9_999_999, step=1234), ids=Ids("b"))
+    two, _rt2 = record(tmp_path, "two", clock=Ticks(start=9_999_999, step=1234), ids=Ids("b"))
     assert one.ok and two.ok
     assert one.run_id != two.run_id
     assert one.fingerprint == two.fingerprint
@@ -268,7 +268,7 @@ def test_replay_with_changed_code_reports_the_divergence(tmp_path: Path) -> None
 
 
 def test_the_stored_fingerprint_is_what_run_returned(tmp_path: Path) -> None:
-    result, runtime = record(tmp_path, "one")
+    result, _runtime = record(tmp_path, "one")
     with Runtime(tmp_path / "one") as reopened:
         end = record_of(reopened, result.run_id).end
         assert end is not None

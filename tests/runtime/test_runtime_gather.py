@@ -12,7 +12,7 @@ from typing import Any
 from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
 from tracelock.runtime.errors import StepError
-from tracelock.runtime.runtime import Runtime, RunResult
+from tracelock.runtime.runtime import RunResult, Runtime
 
 POLICY = allow("fetch")
 
@@ -114,3 +114,42 @@ def test_a_failing_member_raises_after_every_member_is_recorded(tmp_path: Path) 
         assert sorted(record.gather_orders[0]) == [0, 1, 2]
         assert race.calls == Counter(ok=1)
         assert runtime.replay(result.run_id, failing).matched
+
+
+def test_a_member_waiting_for_approval_lets_its_siblings_finish_first(tmp_path: Path) -> None:
+    calls: list[str] = []
+    policy = allow("slow", {"name": "send", "approval": True})
+    with runtime_at(tmp_path, policy) as runtime:
+
+        @runtime.tool()
+        def slow(tag: str) -> str:
+            time.sleep(0.2)  # still running when the approval member suspends the run
+            calls.append(tag)
+            return tag.upper()
+
+        @runtime.tool(side_effect="irreversible")
+        def send() -> str:
+            calls.append("send")
+            return "sent"
+
+        def waiting_agent(ctx: Any, _: Any) -> Any:
+            return ctx.gather(ctx.task("slow", tag="a"), ctx.task("send"), ctx.task("slow", tag="b"))
+
+        waiting = runtime.run(waiting_agent)
+        assert (waiting.status, waiting.waiting_step) == ("awaiting_approval", 1)
+        # The siblings finished and were journaled before the run reported that it waits.
+        assert sorted(calls) == ["a", "b"]
+        assert sorted(record_of(runtime, waiting.run_id).effects) == [0, 2]
+
+        runtime.approve(waiting.run_id, 1, by="erin")
+        done = runtime.resume(waiting.run_id, waiting_agent)
+        assert (done.status, done.output) == ("completed", ["A", "sent", "B"])
+        assert sorted(calls) == ["a", "b", "send"]  # nothing ran twice
+        effect_steps = [
+            runtime.store.get_payload(entry.payload)["step"]
+            for entry in runtime.store.entries(done.run_id)
+            if entry.kind in ("effect", "effect.intent") and entry.payload
+        ]
+        assert sorted(effect_steps) == [0, 1, 2]  # one record per step
+        assert runtime.replay(done.run_id, waiting_agent).matched
+        assert_store_ok(runtime.store)

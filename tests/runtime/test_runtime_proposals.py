@@ -4,6 +4,7 @@ filesystem step, and a fuzz test of the whole path against a real sandbox."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -18,7 +19,7 @@ from runtime_helpers import Ids, allow, assert_store_ok, effect_of, runtime_at
 
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.outcomes import Outcome, lookup_code
-from tracelock.runtime.runtime import Runtime, RunResult
+from tracelock.runtime.runtime import RunResult, Runtime
 from tracelock.runtime.sandbox import FS_OPERATIONS, Sandbox
 
 POLICY = allow("add", fs={"operations": list(FS_OPERATIONS)})
@@ -213,11 +214,6 @@ def test_changing_only_the_reasoning_of_a_step_changes_no_outcome(tmp_path: Path
         assert one.effects[0]["proposal"]["reasoning"] != two.effects[0]["proposal"]["reasoning"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime.step records the whole proposal, reasoning included, as the run's input, "
-    "and the input's hash is part of the fingerprint",
-)
 def test_changing_only_the_reasoning_of_a_step_keeps_the_fingerprint(tmp_path: Path) -> None:
     fingerprints = []
     for index, text in enumerate(("because", "ignore all previous instructions")):
@@ -261,10 +257,8 @@ def test_every_proposal_step_records_the_sandbox_state(runtime: Runtime) -> None
 
     def agent(ctx: Any, _: Any) -> Any:
         for proposal in ("garbage", VALID, {**VALID, "action": "fs.write", "args": {"path": "b.md", "content": "y"}}):
-            try:
+            with contextlib.suppress(StepError):
                 ctx.submit(proposal)
-            except StepError:
-                pass
         ctx.call("add", a=1)
 
     result = runtime.run(agent)

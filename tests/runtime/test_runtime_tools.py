@@ -185,11 +185,11 @@ def plain(x: int) -> int:
 @pytest.mark.parametrize(
     ("register", "func"),
     [
-        pytest.param(dict(name="bad name"), plain, id="space-in-name"),
-        pytest.param(dict(name="a/b"), plain, id="slash-in-name"),
-        pytest.param(dict(name="naïve"), plain, id="non-ascii-name"),
+        pytest.param({"name": "bad name"}, plain, id="space-in-name"),
+        pytest.param({"name": "a/b"}, plain, id="slash-in-name"),
+        pytest.param({"name": "naïve"}, plain, id="non-ascii-name"),
         pytest.param(
-            dict(side_effect="irreversible", retry=RetryPolicy(max_attempts=2)),
+            {"side_effect": "irreversible", "retry": RetryPolicy(max_attempts=2)},
             plain,
             id="irreversible-with-retries",
         ),
@@ -197,10 +197,10 @@ def plain(x: int) -> int:
         pytest.param({}, takes_set, id="set-annotation"),
         pytest.param({}, takes_varargs, id="varargs"),
         pytest.param({}, takes_kwargs, id="kwargs-without-schema"),
-        pytest.param(dict(timeout=0), plain, id="zero-timeout"),
-        pytest.param(dict(timeout=-1.0), plain, id="negative-timeout"),
-        pytest.param(dict(side_effect="sometimes"), plain, id="unknown-side-effect"),
-        pytest.param(dict(schema={"type": 12}), plain, id="invalid-json-schema"),
+        pytest.param({"timeout": 0}, plain, id="zero-timeout"),
+        pytest.param({"timeout": -1.0}, plain, id="negative-timeout"),
+        pytest.param({"side_effect": "sometimes"}, plain, id="unknown-side-effect"),
+        pytest.param({"schema": {"type": 12}}, plain, id="invalid-json-schema"),
     ],
 )
 def test_bad_definitions_raise_and_register_nothing(
@@ -232,7 +232,7 @@ def test_a_second_tool_with_the_same_name_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(max_attempts=0), dict(max_attempts=2, delays_ms=(10, -1))]
+    "kwargs", [{"max_attempts": 0}, {"max_attempts": 2, "delays_ms": (10, -1)}]
 )
 def test_bad_retry_policies_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ToolDefinitionError):

@@ -469,6 +469,10 @@ def verify_bundle_target(
             "verifying a bundle needs the signer's public key, pinned: --key FILE "
             "(.vkey, .pub or hex); a key carried inside a bundle is never trusted"
         )
+    if target.is_dir() and (target / "store.json").is_file() and not (target / "manifest.json").exists():
+        raise UsageError(
+            f"{target} is a store, not a bundle: verify a store with `tracelock verify --store {target}`"
+        )
     pins = load_pinned_keys(keys)
     files = read_bundle_files(target)
     report = verify_bundle(files, pins, origin=origin, allow_open=allow_open, required_runs=runs)

@@ -429,7 +429,7 @@ def _fast_dumps(value: Any) -> bytes | None:
     levels = 0
     while True:
         kinds = set(map(type, level))
-        if False:
+        if not kinds <= _JSON_TYPES:
             return None  # UUID, Enum, Fragment, a subclass inside a tuple, ...
         if float in kinds:
             floats += [node for node in level if type(node) is float]

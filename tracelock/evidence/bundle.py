@@ -24,13 +24,14 @@ import re
 import stat
 import tarfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tracelock.core.canonical import dumps, loads
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
+from tracelock.core.merkle import leaf_hash
 from tracelock.errors import EvidenceError
 from tracelock.evidence.history import (
     CheckpointHistory,
@@ -39,8 +40,11 @@ from tracelock.evidence.history import (
     StoredCheckpoint,
 )
 from tracelock.evidence.keys import PrivateKey
+from tracelock.evidence.proofs import batch_inclusion_proofs
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import RunNotFoundError
+from tracelock.storage.journal_file import ENTRY as ENTRY_RECORD
+from tracelock.storage.journal_file import Record
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -70,6 +74,8 @@ PAYLOAD_DIR = "payloads"
 POLICY_KIND = "policy.register"
 #: A verifier refuses to read more than this many bytes of bundle content.
 MAX_BUNDLE_BYTES = 1 << 31
+#: Below one proof per this many leaves, proofs come from the store one by one.
+_BATCH_RATIO = 64
 #: Fixed archive metadata: the earliest time a zip can hold, mode 0644, owner root.
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 FILE_MODE = 0o644
@@ -141,10 +147,19 @@ def _status(entries: Sequence[Entry]) -> str:
     return status
 
 
-def _readable(store: DirectoryStore, digest: str | None) -> Any:
-    if digest is None or store.payload_state(digest) != "present":
+def _readable(
+    store: DirectoryStore, digest: str | None, redactions: dict[str, list[Entry]]
+) -> Any:
+    """A payload's document, or the copy kept by a field redaction of it, or None."""
+    if digest is None:
         return None
-    return store.get_payload(digest)
+    if store.payload_state(digest) == "present":
+        return store.get_payload(digest)
+    for entry in reversed(redactions.get(digest, [])):
+        doc = _readable(store, entry.payload, {})
+        if isinstance(doc, dict) and isinstance(doc.get("copy"), dict):
+            return doc["copy"]
+    return None
 
 
 def collect_bundle(
@@ -168,6 +183,16 @@ def collect_bundle(
             f"{checkpoint.size}): it was rewritten or truncated since the checkpoint was signed",
             details={"checkpoint": checkpoint.number},
         )
+    try:
+        admin = store.entries(ADMIN_RUN)
+    except RunNotFoundError:
+        admin = []
+    redactions: dict[str, list[Entry]] = {}
+    for entry in admin:
+        if entry.kind == REDACTION_KIND:
+            target = (entry.meta or {}).get("payload")
+            if isinstance(target, str):
+                redactions.setdefault(target, []).append(entry)
     selected: dict[int, Entry] = {}
     summaries: list[dict[str, Any]] = []
     policies: set[str] = set()
@@ -181,7 +206,7 @@ def collect_bundle(
                 "--allow-open to include its entries so far",
                 details={"run": run},
             )
-        end_doc = _readable(store, last.payload) if ended else None
+        end_doc = _readable(store, last.payload, redactions) if ended else None
         summaries.append(
             {
                 "run": run,
@@ -190,19 +215,23 @@ def collect_bundle(
                 "last_seq": last.seq,
                 "status": _status(entries),
                 "ended": ended,
-                "fingerprint": end_doc.get("fingerprint") if isinstance(end_doc, dict) else None,
+                "fingerprint": (
+                    end_doc.get("fingerprint")
+                    if isinstance(end_doc, dict) and isinstance(end_doc.get("fingerprint"), str)
+                    else None
+                ),
             }
         )
         for entry in entries:
             selected[entry.seq] = entry
-        start_doc = _readable(store, entries[0].payload) if entries[0].kind == "run.start" else None
+        start_doc = (
+            _readable(store, entries[0].payload, redactions)
+            if entries[0].kind == "run.start"
+            else None
+        )
         policy = start_doc.get("policy") if isinstance(start_doc, dict) else None
         if isinstance(policy, str):
             policies.add(policy)
-    try:
-        admin = store.entries(ADMIN_RUN)
-    except RunNotFoundError:
-        admin = []
     registered = {e.payload: e for e in admin if e.kind == POLICY_KIND and e.payload}
     for policy in sorted(policies):
         register = registered.get(policy)
@@ -212,12 +241,6 @@ def collect_bundle(
                 details={"policy": policy},
             )
         selected[register.seq] = register
-    redactions: dict[str, list[Entry]] = {}
-    for entry in admin:
-        if entry.kind == REDACTION_KIND:
-            target = (entry.meta or {}).get("payload")
-            if isinstance(target, str):
-                redactions.setdefault(target, []).append(entry)
     # Redaction entries of every payload the bundle refers to (and, in turn, of theirs).
     while True:
         referenced = {e.payload for e in selected.values() if e.payload}
@@ -238,16 +261,11 @@ def collect_bundle(
             "checkpoint first (`tracelock checkpoint`, or export with --key)",
             details={"checkpoint": checkpoint.number, "seq": first.seq, "run": first.run},
         )
+    proofs = _inclusion_proofs(store, checkpoint, [e.seq for e in ordered])
     files: dict[str, bytes] = {}
     files[ENTRIES] = b"".join(e.line + b"\n" for e in ordered)
     files[PROOFS] = b"".join(
-        _line(
-            {
-                "hash": e.hash,
-                "proof": [node.hex() for node in store.inclusion_proof(e.seq, checkpoint.size)],
-                "seq": e.seq,
-            }
-        )
+        _line({"hash": e.hash, "proof": [node.hex() for node in proofs[e.seq]], "seq": e.seq})
         for e in ordered
     )
     redacted: list[dict[str, Any]] = []
@@ -287,6 +305,29 @@ def collect_bundle(
     return files
 
 
+def _leaf_hashes(store: DirectoryStore) -> Iterator[bytes]:
+    for record in store.iter_records(0):
+        if isinstance(record, Record) and record.kind == ENTRY_RECORD:
+            yield leaf_hash(record.data)
+
+
+def _inclusion_proofs(
+    store: DirectoryStore, checkpoint: StoredCheckpoint, seqs: Sequence[int]
+) -> dict[int, list[bytes]]:
+    """The inclusion proof of each seq in the checkpoint's tree: asked of the store one by
+    one for a few entries, computed in one pass over the journal for many."""
+    if len(seqs) * _BATCH_RATIO < checkpoint.size:
+        return {seq: store.inclusion_proof(seq, checkpoint.size) for seq in seqs}
+    root, proofs = batch_inclusion_proofs(_leaf_hashes(store), checkpoint.size, seqs)
+    if root != checkpoint.root:
+        raise CheckpointInconsistentError(
+            f"the journal's first {checkpoint.size} entries do not hash to the root of "
+            f"checkpoint {checkpoint.number}: it was rewritten since the checkpoint was signed",
+            details={"checkpoint": checkpoint.number},
+        )
+    return proofs
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -305,9 +346,10 @@ def write_bundle(files: dict[str, bytes], out: Path) -> str:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise BundleExistsError(f"{out} already exists", details={"path": str(out)})
         out.mkdir(parents=True, exist_ok=True)
+        for parent in sorted({(out / path).parent for path in files}):
+            parent.mkdir(parents=True, exist_ok=True)
         for path, data in sorted(files.items()):
             target = out / path
-            target.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

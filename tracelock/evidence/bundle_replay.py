@@ -136,10 +136,10 @@ def replay_bundle(
                 continue
             result = report.to_dict() | {"run": run, "error": None}
             step = (report.divergence or {}).get("step")
-            hidden = _hidden_at(view, run, step)
-            if not report.matched and hidden:
+            hidden_members = _hidden_at(view, run, step)
+            if not report.matched and hidden_members:
                 result["error"] = (
-                    f"cannot replay: step {step} diverged, and its {', '.join(hidden)} "
+                    f"cannot replay: step {step} diverged, and its {', '.join(hidden_members)} "
                     "member(s) are redacted, so the recording cannot be compared there"
                 )
             results.append(result)

@@ -32,6 +32,7 @@ from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.core.hashing import is_hex_digest
 from tracelock.errors import EvidenceError
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.errors import RunNotFoundError
 
 __all__ = [
     "MARKER_KEY",
@@ -236,6 +237,25 @@ def _targets(store: DirectoryStore, run: str, step: int | str) -> list[tuple[Ent
     return found
 
 
+def _recorded_redactions(store: DirectoryStore) -> dict[str, tuple[int, Any]]:
+    """Payload hash -> (seq, fields) of the redaction entries already in the admin chain."""
+    try:
+        admin = store.entries(ADMIN_RUN)
+    except RunNotFoundError:
+        return {}
+    found: dict[str, tuple[int, Any]] = {}
+    for entry in admin:
+        target = (entry.meta or {}).get("payload")
+        if entry.kind == REDACTION_KIND and isinstance(target, str):
+            doc = (
+                store.get_payload(entry.payload)
+                if entry.payload and store.payload_state(entry.payload) == "present"
+                else None
+            )
+            found[target] = (entry.seq, doc.get("fields") if isinstance(doc, dict) else None)
+    return found
+
+
 def redact(
     store: DirectoryStore,
     run: str,
@@ -319,7 +339,18 @@ def redact(
                 {"run": other.run, "i": other.i, "seq": other.seq, "kind": other.kind,
                  "payload": other.payload}
             )
+    recorded = _recorded_redactions(store)
     for digest, (entry, names, copy) in by_hash.items():
+        if digest in recorded:
+            # An earlier redaction of these bytes was recorded but interrupted before the
+            # erase: complete it rather than record it twice.
+            store.erase_payload(digest)
+            result.redactions.append(
+                {"payload": digest, "run": run, "i": entry.i, "kind": entry.kind,
+                 "fields": recorded[digest][1], "redaction_seq": recorded[digest][0],
+                 "completed_earlier_redaction": True}
+            )
+            continue
         document: dict[str, Any] = {
             "v": 1,
             "payload": digest,

@@ -9,6 +9,7 @@ is: the file, the run, the entry index and seq.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from tracelock.core.entry import (
 )
 from tracelock.core.fingerprint import FINGERPRINT_VERSION, VALUE_EXCLUDED_KINDS, value_hash
 from tracelock.core.hashing import is_hex_digest
-from tracelock.core.merkle import leaf_hash, verify_inclusion
+from tracelock.core.merkle import leaf_hash
 from tracelock.errors import EvidenceError, ProofError
 from tracelock.evidence.bundle import (
     BUNDLE_FORMAT,
@@ -50,6 +51,7 @@ from tracelock.evidence.note import (
     open_note,
     parse_note,
 )
+from tracelock.evidence.proofs import InclusionVerifier
 from tracelock.evidence.redaction import Redaction, parse_redaction
 
 __all__ = [
@@ -76,6 +78,11 @@ TRUST_CHECKS = frozenset({"checkpoint.trust", "checkpoint.origin"})
 MAX_FAILURES = 200
 
 _PAYLOAD_FILE_LEN = len(PAYLOAD_DIR) + 1 + 64 + len(".json")
+#: A proofs.jsonl line in canonical form: {"hash": hex, "proof": [hex, ...], "seq": int}.
+_PROOF_LINE = re.compile(
+    rb'\{"hash":"([0-9a-f]{64})","proof":\[((?:"[0-9a-f]{64}")(?:,"[0-9a-f]{64}")*)?\],'
+    rb'"seq":(0|[1-9][0-9]{0,15})\}'
+)
 
 
 class BundleInvalidError(EvidenceError):
@@ -718,35 +725,35 @@ class _Verifier:
             )
         by_number = {item.number: item.entry for item in self.entries}
         checkpoint = self.checkpoint
+        inclusion = InclusionVerifier(checkpoint.size, checkpoint.root) if checkpoint else None
         for number, line in enumerate(lines, 1):
             entry = by_number.get(number)
             if entry is None:
                 continue
             where = {"run": entry.run, "i": entry.i, "seq": entry.seq}
-            try:
-                doc = orjson.loads(line)
-                if not (
-                    isinstance(doc, dict)
-                    and set(doc) == {"hash", "proof", "seq"}
-                    and isinstance(doc["proof"], list)
-                    and all(is_hex_digest(node) for node in doc["proof"])
-                    and dumps(doc) == line
-                ):
-                    raise ValueError("not a canonical {hash, proof, seq} object of hex hashes")
-            except (ValueError, CanonicalError) as exc:
-                self.fail("proof.format", f"line {number}: {exc}", file=PROOFS, **where)
+            match = _PROOF_LINE.fullmatch(line)
+            if match is None:
+                self.fail(
+                    "proof.format",
+                    f"line {number}: not the canonical JSON of {{hash, proof, seq}} with hex hashes",
+                    file=PROOFS,
+                    **where,
+                )
                 continue
-            if doc["seq"] != entry.seq or doc["hash"] != entry.hash:
+            digest, nodes_text, seq_text = match.groups()
+            if int(seq_text) != entry.seq or digest.decode() != entry.hash:
                 self.fail(
                     "entry.hash",
-                    f"line {number}: the proof is for seq {doc['seq']} with entry hash "
-                    f"{str(doc['hash'])[:16]}..., the entry is seq {entry.seq} with hash "
+                    f"line {number}: the proof is for seq {seq_text.decode()} with entry hash "
+                    f"{digest.decode()[:16]}..., the entry is seq {entry.seq} with hash "
                     f"{entry.hash[:16]}...",
                     file=PROOFS,
                     **where,
                 )
                 continue
-            if checkpoint is None:
+            raw = bytes.fromhex(nodes_text.replace(b'","', b"")[1:-1].decode()) if nodes_text else b""
+            nodes = [raw[k : k + 32] for k in range(0, len(raw), 32)]
+            if checkpoint is None or inclusion is None:
                 continue
             if entry.seq >= checkpoint.size:
                 self.fail(
@@ -757,13 +764,7 @@ class _Verifier:
                 )
                 continue
             try:
-                verify_inclusion(
-                    entry.seq,
-                    checkpoint.size,
-                    leaf_hash(entry.line),
-                    [bytes.fromhex(node) for node in doc["proof"]],
-                    checkpoint.root,
-                )
+                inclusion.verify(entry.seq, leaf_hash(entry.line), nodes)
             except ProofError as exc:
                 self.fail(
                     "entry.inclusion",

@@ -127,9 +127,13 @@ class RunContext:
         fork_before: int | None = None,
         start_ms: int = 0,
         policy: Policy | None = None,
+        annotations: dict[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id
         self.input = input
+        #: What the run recorded beside its input (e.g. a proposal's reasoning): audit only,
+        #: never part of the fingerprint.
+        self.annotations: dict[str, Any] = dict(annotations or {})
         self._runtime = runtime
         self.policy = policy if policy is not None else runtime.policy
         self._seed = bytes.fromhex(seed)
@@ -233,10 +237,20 @@ class RunContext:
                 pool.submit(self._capture, step, request): step
                 for step, request in zip(steps, requests, strict=True)
             }
+            # Every member finishes (and is journaled) before gather returns or raises: a
+            # member that suspends the run (approval) or diverges must not leave its siblings
+            # running past the suspension. The lowest such step (argument order) is raised.
+            escaped: dict[int, BaseException] = {}
             for future in concurrent.futures.as_completed(futures):
                 step = futures[future]
-                outcomes[step] = future.result()
+                try:
+                    outcomes[step] = future.result()
+                except BaseException as exc:  # re-raised below, once every member is done
+                    escaped[step] = exc
+                    continue
                 order.append(step)
+            if escaped:
+                raise escaped[min(escaped)]
         if self._journal is not None and not self._replay_only:
             self._journal.gather_order(first, order)
         results = []
@@ -596,7 +610,7 @@ class RunContext:
         policy = self.policy
         counters = self._counters
         elapsed = 0
-        if policy.document.get("budgets", {}).get("wall_time_ms") is not None:
+        if policy.budget("wall_time_ms") is not None:
             elapsed = max(0, self._runtime._clock_ms() - self._start_ms)
             doc["elapsed_ms"] = elapsed
         usage = Usage(

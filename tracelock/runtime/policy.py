@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal
 
+import orjson
 import yaml
 
 from tracelock.core.canonical import MAX_SAFE_INTEGER, dumps, loads
@@ -350,7 +351,11 @@ def _normalize(raw: object) -> dict[str, Any]:
     if version not in SUPPORTED_VERSIONS:
         raise PolicyVersionError(
             f"policy schema version {version} is not supported (supported: 1)",
-            details={"path": "version", "found": version, "supported": list(SUPPORTED_VERSIONS)},
+            details={
+                "path": "version",
+                "found": version if abs(version) <= MAX_SAFE_INTEGER else str(version),
+                "supported": list(SUPPORTED_VERSIONS),
+            },
         )
     _table(top, "", _TOP_KEYS)
     return {
@@ -654,7 +659,8 @@ class AuthorizationRequest:
         if not isinstance(self.args, Mapping):
             raise PolicyRequestError("request args must be a JSON object")
         try:
-            args = loads(dumps(dict(self.args)))
+            # dumps() proves the arguments canonical; its own bytes need no strict parser.
+            args = orjson.loads(dumps(dict(self.args)))
         except CanonicalError as exc:
             raise PolicyRequestError(f"request args are not canonical JSON: {exc.message}") from None
         object.__setattr__(self, "args", args)

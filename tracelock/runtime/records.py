@@ -45,6 +45,21 @@ PATCH = "patch"
 RESOLUTION = "resolution"
 
 
+def _compact(doc: dict[str, Any]) -> dict[str, Any]:
+    """An effect document without its null members (absent and null mean the same)."""
+    return {key: value for key, value in doc.items() if value is not None}
+
+
+_NULLABLE = ("args", "result", "code", "phase", "error", "timeout_ms")
+
+
+def _expand(doc: dict[str, Any]) -> dict[str, Any]:
+    """A complete effect document with every standard member present (null when absent)."""
+    for key in _NULLABLE:
+        doc.setdefault(key, None)
+    return doc
+
+
 def merge_effect(intent: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     """One complete effect document from an intent and its result."""
     merged = dict(intent)
@@ -79,6 +94,11 @@ class RunRecord:
     def entry(self) -> str:
         """Where the agent's code lives (``module:qualname``), to import it again."""
         return str(self.start.get("entry") or self.start.get("agent", ""))
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        value = self.start.get("annotations")
+        return dict(value) if isinstance(value, dict) else {}
 
     @property
     def input(self) -> Any:
@@ -123,12 +143,12 @@ def load_run(store: Store, run_id: str) -> RunRecord:
         if entry.kind == START:
             record.start = doc if isinstance(doc, dict) else {}
         elif entry.kind == EFFECT:
-            record.effects[doc["step"]] = doc
+            record.effects[doc["step"]] = _expand(doc)
         elif entry.kind == INTENT:
             record.pending[doc["step"]] = doc
         elif entry.kind == RESULT:
             intent = record.pending.pop(doc["step"], {"step": doc["step"]})
-            record.effects[doc["step"]] = merge_effect(intent, doc)
+            record.effects[doc["step"]] = _expand(merge_effect(intent, doc))
         elif entry.kind == GATHER:
             record.gather_orders[doc["first"]] = list(doc["steps"])
         elif entry.kind == ROUTE:
@@ -181,13 +201,13 @@ class RunJournal:
         return self._append(START, doc, meta=meta, durable=False)
 
     def effect(self, doc: dict[str, Any]) -> Entry:
-        return self._append(EFFECT, doc, durable=False)
+        return self._append(EFFECT, _compact(doc), durable=False)
 
     def intent(self, doc: dict[str, Any]) -> Entry:
-        return self._append(INTENT, doc, durable=True)
+        return self._append(INTENT, _compact(doc), durable=True)
 
     def result(self, doc: dict[str, Any], *, durable: bool) -> Entry:
-        return self._append(RESULT, doc, durable=durable)
+        return self._append(RESULT, _compact(doc), durable=durable)
 
     def gather_order(self, first: int, steps: list[int]) -> Entry:
         return self._append(GATHER, {"first": first, "steps": steps}, durable=False)

@@ -64,6 +64,7 @@ def replay_record(
         replay_only=True,
         start_ms=record.entries[0].ts if record.entries else 0,
         policy=runtime.policy_of(record),
+        annotations=record.annotations,
     )
     try:
         result = runtime._drive(ctx, func, name, record.input, None, status="running")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import concurrent.futures
 import importlib
 import inspect
@@ -13,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from tracelock.core.canonical import CanonicalError, dumps
+import orjson
+
+from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.entry import ADMIN_RUN, valid_run_id
 from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.runtime import strict as strict_mode
@@ -28,7 +31,7 @@ from tracelock.runtime.replay import ReplayReport, replay_run
 from tracelock.runtime.routing import IntentRouter, candidates_for
 from tracelock.runtime.sandbox import OPERATIONS, Sandbox
 from tracelock.runtime.strict import NondeterminismError
-from tracelock.runtime.toolkit import Toolkit, agent_name
+from tracelock.runtime.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools import Tool
 from tracelock.runtime.workflow import Workflow, WorkflowAgent
 from tracelock.storage.backend import Store
@@ -88,7 +91,7 @@ class RunResult:
 
 
 def _default_ids() -> str:
-    return "run-" + os.urandom(10).hex()  # tracelock: allow TL-RAND-001 -- run ids are names, excluded from every determinism hash
+    return "run-" + os.urandom(10).hex()  # tracelock: allow TL-RAND-004 -- run ids are names, excluded from every determinism hash
 
 
 def _real_sleep(seconds: float) -> None:
@@ -169,6 +172,8 @@ class Runtime:
         self._clock_ms = clock or wall_clock_ms
         self._sleep = sleep or _real_sleep
         self._ids = ids or _default_ids
+        # An injected id source may repeat itself; the default one cannot, in practice.
+        self._check_generated_ids = ids is not None
         self.strict_durability = durability == "strict"
         self._tool_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-tool")
         self._gather_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-gather")
@@ -233,6 +238,7 @@ class Runtime:
         run_id: str | None = None,
         seed: str | None = None,
         idempotency_key: str | None = None,
+        _annotations: dict[str, Any] | None = None,
     ) -> RunResult:
         """Run ``agent(ctx, input)`` as a new recorded run.
 
@@ -261,7 +267,10 @@ class Runtime:
             run_id = derived
         elif run_id is not None and self._existing(run_id) is not None:
             raise AgentDefinitionError(f"run {run_id!r} already exists; use resume() to continue it")
-        run_id = run_id or self._ids()
+        if run_id is None:
+            run_id = self._ids()
+            if self._check_generated_ids and self._existing(run_id) is not None:
+                raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
         if not valid_run_id(run_id) or run_id == ADMIN_RUN:
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
         seed = seed or value_hash({"agent": name, "input": value_hash(input)})
@@ -275,11 +284,15 @@ class Runtime:
                 "policy": self.policy.hash,
                 "seed": seed,
                 "parent": None,
-            },
+            }
+            | ({"annotations": _annotations} if _annotations else {}),
             agent=name,
             parent=None,
         )
-        ctx = RunContext(self, run_id=run_id, input=input, seed=seed, journal=journal, start_ms=start.ts)
+        ctx = RunContext(
+            self, run_id=run_id, input=input, seed=seed, journal=journal, start_ms=start.ts,
+            annotations=_annotations,
+        )
         return self._drive(ctx, func, name, input, journal, status="running")
 
     def send_intent(self, intent: str, payload: Any = None, *, run_id: str | None = None) -> RunResult:
@@ -293,8 +306,35 @@ class Runtime:
         return self.run(WorkflowAgent(workflow), input, run_id=run_id)
 
     def step(self, proposal: Any, *, run_id: str | None = None) -> RunResult:
-        """Take one LLM action proposal through the seven phases, as a one-step run."""
-        return self.run(_proposal_agent, {"proposal": proposal}, run_id=run_id)
+        """Take one LLM action proposal through the seven phases, as a one-step run.
+
+        The proposal (a dict, or JSON text or bytes) is the run's input. One that is not
+        even JSON still gets its recorded VALIDATION_ERROR: the run's input then records only
+        its type, and the proposal itself goes to the PARSE phase, which rejects it.
+        """
+        if isinstance(proposal, bytes):
+            with contextlib.suppress(UnicodeDecodeError):
+                proposal = proposal.decode("utf-8")
+        if isinstance(proposal, str):
+            with contextlib.suppress(CanonicalError):
+                proposal = loads(proposal)  # text that is not JSON fails in PARSE, recorded
+        try:
+            dumps(proposal)
+        except CanonicalError:
+            unparsable = proposal
+
+            def submit_unparsable(ctx: RunContext, input: Any) -> Any:
+                return ctx.submit(unparsable)
+
+            submit_unparsable.__tracelock_agent__ = AgentSpec("tracelock:step", submit_unparsable)  # type: ignore[attr-defined]
+            return self.run(submit_unparsable, {"unserializable": type(proposal).__name__}, run_id=run_id)
+        # The reasoning is kept out of the run's input, so that it cannot reach the
+        # fingerprint; it is recorded with the run (and with the step) for audit.
+        annotations = None
+        if isinstance(proposal, dict) and "reasoning" in proposal:
+            annotations = {"reasoning": proposal["reasoning"]}
+            proposal = {key: value for key, value in proposal.items() if key != "reasoning"}
+        return self.run(_proposal_agent, {"proposal": proposal}, run_id=run_id, _annotations=annotations)
 
     def _drive(
         self,
@@ -313,7 +353,8 @@ class Runtime:
         try:
             output = _call_agent(func, ctx, input, strict=self.strict)
             try:
-                dumps(output)
+                # The caller gets the JSON form, exactly what retrieve() will return later.
+                output = orjson.loads(dumps(output))
             except CanonicalError as exc:
                 outcome, code, error, output = "EXECUTION_ERROR", OUTPUT_NOT_JSON.code, exc.message, None
         except Suspend as suspend:
@@ -494,6 +535,7 @@ class Runtime:
             recording=record,
             start_ms=record.entries[0].ts,
             policy=self.policy_of(record),
+            annotations=record.annotations,
         )
         return self._drive(ctx, func, name, record.input, journal, status=status)
 
@@ -549,10 +591,13 @@ class Runtime:
 
 
 def _proposal_agent(ctx: RunContext, input: Any) -> Any:
-    return ctx.submit(input["proposal"])
+    proposal = input["proposal"]
+    if isinstance(proposal, dict) and "reasoning" in ctx.annotations:
+        proposal = proposal | {"reasoning": ctx.annotations["reasoning"]}
+    return ctx.submit(proposal)
 
 
-_proposal_agent.__tracelock_agent__ = None  # type: ignore[attr-defined]
+_proposal_agent.__tracelock_agent__ = AgentSpec("tracelock:step", _proposal_agent)  # type: ignore[attr-defined]
 
 
 def _call_agent(func: Callable[..., Any], ctx: RunContext, input: Any, *, strict: bool) -> Any:

@@ -78,7 +78,7 @@ def wall_clock_ms() -> int:
 
 
 def _random_store_id() -> str:
-    return os.urandom(16).hex()  # tracelock: allow TL-RAND-001 -- a store's name, never hashed
+    return os.urandom(16).hex()  # tracelock: allow TL-RAND-004 -- a store's name, never hashed
 
 
 def _fsync_dir(path: Path) -> None:
