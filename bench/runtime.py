@@ -11,6 +11,7 @@ from typing import Any
 
 from bench import workload
 from bench.stats import summary_us
+from tracelock.runtime.gate import replay_all
 from tracelock.runtime.runtime import Runtime
 
 
@@ -22,7 +23,7 @@ def _store_bytes(path: Path) -> dict[str, int]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    runs = 300 if quick else 3000
+    runs = 300 if quick else 10_000
     figures: dict[str, Any] = {"runs": runs}
     plain = []
     for number in range(runs):
@@ -48,6 +49,10 @@ def run(quick: bool) -> dict[str, Any]:
                 report = runtime.replay(run_id, agent)
                 replays.append(time.perf_counter() - started)
                 assert report.matched
+            started = time.perf_counter()
+            gate = replay_all(runtime, agent=agent)
+            gate_seconds = time.perf_counter() - started
+            assert gate.ok and gate.checked == runs
             runtime.close()
             sizes = _store_bytes(store)
         figures[label] = {
@@ -55,6 +60,7 @@ def run(quick: bool) -> dict[str, Any]:
             "runs_per_s": round(runs / sum(samples)),
             "fsyncs_per_run": round(syncs / runs, 2) if syncs is not None else None,
             "replay": summary_us(replays),
+            "replay_gate_runs_per_s": round(runs / gate_seconds),
             "journal_bytes_per_run": round(sizes["journal"] / runs),
             "index_bytes_per_run": round(sizes["index"] / runs),
         }
@@ -71,7 +77,8 @@ def _print(figures: dict[str, Any]) -> None:
         print(
             f"{label:<22} durable run p50 {d['p50_us']:>7} us  p99 {d['p99_us']:>7} us  "
             f"{f['runs_per_s']:>5} runs/s  fsyncs/run {f['fsyncs_per_run']}  "
-            f"replay p50 {r['p50_us']} us  journal {f['journal_bytes_per_run']} B/run  "
+            f"replay p50 {r['p50_us']} us  gate {f['replay_gate_runs_per_s']} runs/s  "
+            f"journal {f['journal_bytes_per_run']} B/run  "
             f"index {f['index_bytes_per_run']} B/run"
         )
 

@@ -45,9 +45,9 @@ def test_too_few_leaves_and_the_empty_tree() -> None:
         batch_inclusion_proofs(iter([]), 0, [0])
 
 
-def _verdict(call: Any) -> bool:
+def _verdict(call: Any, *args: Any) -> bool:
     try:
-        call()
+        call(*args)
     except ProofError:
         return False
     return True
@@ -75,6 +75,6 @@ def test_the_batch_verifier_decides_like_the_reference() -> None:
             if size > 1:
                 cases.append(((index + 1) % size, leaves[index], proof))
             for i, leaf, candidate in cases:
-                expected = _verdict(lambda: verify_inclusion(i, size, leaf, candidate, good_root))
-                got = _verdict(lambda: verifier.verify(i, leaf, candidate))
+                expected = _verdict(verify_inclusion, i, size, leaf, candidate, good_root)
+                got = _verdict(verifier.verify, i, leaf, candidate)
                 assert got == expected, (size, index, i)

@@ -138,3 +138,19 @@ def test_intent_and_result_of_one_step(tmp_path: Path) -> None:
         result = redact(store, "run-a", step, fields=["args"], by="a", reason="b")
         assert [r["kind"] for r in result.redactions] == ["effect.intent"]
         assert verify_store(store).ok
+
+
+def test_a_redacted_run_can_still_be_loaded_and_retrieved(store_dir: Path) -> None:
+    from tracelock.runtime.records import load_run
+
+    with DirectoryStore(store_dir) as store:
+        before = load_run(store, "run-a")
+        redact(store, "run-a", 0, fields=["args"], by="dpo", reason="r")
+        redact(store, "run-a", 1, by="dpo", reason="r")
+        after = load_run(store, "run-a")
+    # The field redaction is read through its copy: everything but the prompt is there.
+    assert is_field_marker(after.effects[0]["args"])
+    assert after.effects[0]["result"] == before.effects[0]["result"]
+    # The wholly redacted step is simply absent; the run's end is intact.
+    assert 1 not in after.effects and after.end == before.end
+    assert len(after.redacted) == 2

@@ -9,6 +9,8 @@ from tracelock.storage.directory import DirectoryStore
 
 def main(path: str, seed: int) -> None:
     store = DirectoryStore(path)
+    sys.stdout.write("READY\n")
+    sys.stdout.flush()
     run_number = 0
     step = 0
     while True:

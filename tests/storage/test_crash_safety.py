@@ -33,10 +33,17 @@ def _kill_trial(store_dir: Path, rng: random.Random, trial: int) -> tuple[int, i
     )
     assert child.stdout is not None
     acked: dict[int, str] = {}
-    deadline = time.monotonic() + rng.uniform(0.05, 0.6)
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
     buffer = b""
+    ready_by = time.monotonic() + 60
+    while b"READY" not in buffer and time.monotonic() < ready_by and child.poll() is None:
+        try:
+            buffer += os.read(fd, 1 << 16)
+        except BlockingIOError:
+            time.sleep(0.005)
+    assert b"READY" in buffer, "the appender did not start"
+    deadline = time.monotonic() + rng.uniform(0.01, 0.4)
     while time.monotonic() < deadline and child.poll() is None:
         try:
             buffer += os.read(fd, 1 << 16)

@@ -117,7 +117,7 @@ def replay_command(
 @click.argument("run_id")
 @click.option("--at", "at", type=click.IntRange(min=0), required=True, help="First step to run live.")
 @click.option("--agent", default=None, help="module:function (default: the recorded agent's current code).")
-@click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy file for the new run.")
+@click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy for the new run (default: the parent's).")
 @click.option("--sandbox", type=click.Path(path_type=Path, file_okay=False), help="Sandbox root.")
 @store_option
 @json_option
@@ -132,7 +132,7 @@ def fork_command(
     else:
         toolkits = toolkits_for_runs(store_path, [run_id])
     with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime:
-        result = fork_run(runtime, run_id, at, func)
+        result = fork_run(runtime, run_id, at, func, policy=runtime.policy if policy is not None else None)
     emit(as_json, {"ok": result.ok} | result.to_dict(), lambda: result_text(result) + f"\n  parent       {result.parent}")
     if not result.ok:
         sys.exit(EXIT_CHECK_FAILED)

@@ -599,7 +599,7 @@ class _Verifier:
             "root": checkpoint.root.hex(),
             "signatures": [{"name": s.name, "key_id": f"{s.key_id:08x}"} for s in signatures],
         }
-        self._claimed_signers(data)
+        self._claimed_signers()
         verifiers: list[NoteVerifier] = []
         for pin in self.pins:
             try:
@@ -659,7 +659,7 @@ class _Verifier:
                 }
             )
 
-    def _claimed_signers(self, note: bytes) -> None:
+    def _claimed_signers(self) -> None:
         manifest = self.manifest or {}
         claimed = manifest.get("signers", [])
         if not isinstance(claimed, list):
@@ -678,7 +678,6 @@ class _Verifier:
                 entry["valid"] = True
                 entry["pinned"] = any(p.public_key == verifier.public_key for p in self.pins)
             self.report.claimed_signers.append(entry)
-        del note
 
     # -- entries and proofs --------------------------------------------------------------
     def read_entries(self) -> None:
@@ -899,6 +898,8 @@ class _Verifier:
             for item in self.entries
             if item.entry.run == ADMIN_RUN and item.entry.kind == POLICY_KIND
         }
+        if not by_run and ENTRIES in self.files:
+            self.fail("run.missing", "the bundle holds no run", file=ENTRIES)
         for run in self.required_runs:
             if run not in by_run:
                 self.fail("run.missing", f"run {run} is not in the bundle", run=run)

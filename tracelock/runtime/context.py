@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.jsondiff import diff
 from tracelock.runtime.errors import DivergenceError, StepError
@@ -379,11 +381,7 @@ class RunContext:
     def _mismatch(self, step: int, request: _Request, recorded: Mapping[str, Any]) -> None:
         requested = _describe(request)
         was = {key: recorded.get(key) for key in ("kind", "name", "args")}
-        try:
-            same = dumps(requested) == dumps(was)
-        except CanonicalError:
-            same = False
-        if same:
+        if _same_json(requested, was):
             return
         changes = diff(was, requested)
         fields = sorted({change["path"].split("/")[1] for change in changes})
@@ -758,6 +756,24 @@ def _idempotency_key(run_id: str, step: int, args: Any) -> str:
     """Stable across re-executions of the same step: derived from run, step and arguments."""
     material = dumps({"run": run_id, "step": step, "args": args})
     return "tlk-" + hashlib.sha256(material).hexdigest()[:40]
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two values have the same canonical JSON form.
+
+    Equal orjson texts mean equal JSON values, hence equal canonical forms: the common case
+    costs two fast serializations. Different texts may still be the same value (``1.0`` and
+    ``1``), so only then is the canonical form compared.
+    """
+    try:
+        if orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS):
+            return True
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    try:
+        return dumps(a) == dumps(b)
+    except CanonicalError:
+        return False
 
 
 def _describe(request: _Request) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracelock.errors import UsageError
 from tracelock.runtime.context import RunContext
+from tracelock.runtime.policy import Policy
 from tracelock.runtime.records import RunJournal, load_run
 
 if TYPE_CHECKING:
@@ -28,14 +29,17 @@ def fork_run(
     agent: Callable[..., Any] | str | None = None,
     *,
     new_run_id: str | None = None,
+    policy: Policy | None = None,
 ) -> RunResult:
+    """``policy`` governs the live part; by default it is the policy the parent was
+    recorded under."""
     parent = load_run(runtime.store, run_id)
     if at < 0:
         raise UsageError("the fork point is a step number, 0 or more")
     func, name = runtime.agent_for(parent, agent)
     child = new_run_id or runtime._ids()
     journal = RunJournal(runtime.store, child, strict=runtime.strict_durability)
-    policy = runtime.policy
+    policy = policy if policy is not None else runtime.policy_of(parent)
     seed = str(parent.start.get("seed"))
     start = journal.start(
         {
@@ -49,7 +53,7 @@ def fork_run(
         agent=name,
         parent=run_id,
     )
-    runtime._record_policy()
+    runtime._record_policy(policy)
     ctx = RunContext(
         runtime,
         run_id=child,

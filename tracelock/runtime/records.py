@@ -27,8 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelock.core.entry import Entry
+from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
+from tracelock.errors import StoreError
 from tracelock.storage.backend import NO_PAYLOAD, Store
+from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
 __all__ = ["RunRecord", "load_run", "RunJournal", "merge_effect"]
 
@@ -126,11 +128,31 @@ class RunRecord:
 def _payload(store: Store, entry: Entry, record: RunRecord) -> Any:
     if entry.payload is None:
         return None
-    state = store.payload_state(entry.payload)
-    if state != "present":
+    try:
+        return store.get_payload(entry.payload)
+    except (PayloadRedactedError, PayloadMissingError) as exc:
+        state = "redacted" if isinstance(exc, PayloadRedactedError) else "missing"
         record.redacted.append(entry.payload)
-        return {"__tracelock__": state, "hash": entry.payload}
-    return store.get_payload(entry.payload)
+        copy = _redaction_copy(store, entry.payload) if state == "redacted" else None
+        return copy if copy is not None else {"__tracelock__": state, "hash": entry.payload}
+
+
+def _redaction_copy(store: Store, digest: str) -> dict[str, Any] | None:
+    """The readable copy a field redaction kept of a redacted payload (its redacted members
+    replaced by markers), from the admin chain's ``payload.redact`` entries; None if none."""
+    try:
+        admin = store.entries(ADMIN_RUN)
+    except StoreError:
+        return None
+    for entry in reversed(admin):
+        if entry.kind == REDACTION_KIND and entry.payload and (entry.meta or {}).get("payload") == digest:
+            try:
+                doc = store.get_payload(entry.payload)
+            except StoreError:
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("copy"), dict):
+                return dict(doc["copy"])
+    return None
 
 
 def load_run(store: Store, run_id: str) -> RunRecord:
@@ -140,7 +162,9 @@ def load_run(store: Store, run_id: str) -> RunRecord:
     for entry in entries:
         doc = _payload(store, entry, record)
         status = (entry.meta or {}).get("status")
-        if entry.kind == START:
+        if entry.kind not in (START, STATE, END) and isinstance(doc, dict) and "__tracelock__" in doc:
+            pass  # a wholly redacted (or missing) payload: nothing to index it by
+        elif entry.kind == START:
             record.start = doc if isinstance(doc, dict) else {}
         elif entry.kind == EFFECT:
             record.effects[doc["step"]] = _expand(doc)

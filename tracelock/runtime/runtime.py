@@ -177,7 +177,7 @@ class Runtime:
         self.strict_durability = durability == "strict"
         self._tool_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-tool")
         self._gather_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-gather")
-        self._policy_recorded = False
+        self._policies_recorded: set[str] = set()
         #: Called with the store once a run's run.end is durable (e.g. an evidence
         #: ``Checkpointer`` that signs a checkpoint covering the run).
         self.checkpointer = checkpointer
@@ -418,13 +418,14 @@ class Runtime:
         except RunNotFoundError:
             return None
 
-    def _record_policy(self) -> None:
-        """Keep the policy document in the store once (its hash is in every run)."""
-        if self._policy_recorded:
+    def _record_policy(self, policy: Policy | None = None) -> None:
+        """Keep a policy document in the store once (its hash is in every run)."""
+        policy = policy or self.policy
+        if policy.hash in self._policies_recorded:
             return
-        if self.store.payload_state(self.policy.hash) == "missing":
-            self.store.append(ADMIN_RUN, POLICY_KIND, payload=self.policy.document, durable=False)
-        self._policy_recorded = True
+        if self.store.payload_state(policy.hash) == "missing":
+            self.store.append(ADMIN_RUN, POLICY_KIND, payload=policy.document, durable=False)
+        self._policies_recorded.add(policy.hash)
 
     def agent_for(self, record: RunRecord, agent: Callable[..., Any] | str | None = None) -> tuple[Callable[..., Any], str]:
         """The code to resume or replay a recorded run with."""

@@ -626,6 +626,11 @@ class DirectoryStore:
     # -- reading -----------------------------------------------------------------------
     def _prepare_read(self) -> None:
         self._check_open()
+        log = self._log
+        if log is None or (
+            log.queued_end == log.written_end and not self._pending.entries and not self._pending.payloads
+        ):
+            return  # nothing appended since the last read: the index is current
         self._flush_index()
 
     def size(self) -> int:
