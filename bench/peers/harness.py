@@ -341,7 +341,7 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
         "machine": {
             "cores": os.cpu_count(),
             "python": platform.python_version(),
-            "platform": platform.platform(terse=True),
+            "os": f"{platform.system()} {platform.machine()}",
         },
         "systems": {},
     }
@@ -381,8 +381,8 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
                 for part, count in facts[key].get("stored_parts", {}).items()
             }
             if base is not None:
-                stats["p50_vs_tracelock"] = round(stats["p50_us"] / base["p50_us"], 2)
-                stats["runs_per_s_vs_tracelock"] = round(stats["runs_per_s"] / base["runs_per_s"], 3)
+                stats["p50_vs_tracelock"] = float(f"{stats['p50_us'] / base['p50_us']:.3g}")
+                stats["runs_per_s_vs_tracelock"] = float(f"{stats['runs_per_s'] / base['runs_per_s']:.3g}")
             entry["timing"] = stats
             if "replay" in facts.get(key, {}):
                 entry["replay"] = facts[key]["replay"]

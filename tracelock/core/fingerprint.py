@@ -36,18 +36,22 @@ def value_hash(value: Any) -> str:
     return hashlib.sha256(dumps(value)).hexdigest()
 
 
-def effect_projection(effect: Mapping[str, Any]) -> dict[str, Any]:
-    """The deterministic part of one recorded effect."""
+def effect_projection(
+    effect: Mapping[str, Any], hashes: tuple[str, str | None] | None = None
+) -> dict[str, Any]:
+    """The deterministic part of one recorded effect. ``hashes`` are ``H(args)`` and
+    ``H(result)`` when the caller already has them (the runtime computes them once)."""
     kind = effect["kind"]
     succeeded = effect.get("outcome") == "SUCCESS"
+    args_hash, result_hash = hashes if hashes is not None else (None, None)
     projected: dict[str, Any] = {
         "step": effect["step"],
         "kind": kind,
         "name": effect["name"],
         "class": effect["class"],
-        "args": value_hash(effect.get("args")),
+        "args": args_hash or value_hash(effect.get("args")),
         "result": (
-            value_hash(effect.get("result"))
+            (result_hash or value_hash(effect.get("result")))
             if succeeded and kind not in VALUE_EXCLUDED_KINDS
             else None
         ),
@@ -72,14 +76,20 @@ def run_projection(
     output: Any,
     outcome: str,
     code: str | None,
+    hashes: Mapping[int, tuple[str, str | None]] | None = None,
 ) -> dict[str, Any]:
-    """The canonical deterministic projection of a whole run."""
+    """The canonical deterministic projection of a whole run. ``hashes`` (by step) let a
+    caller that already computed them skip recomputing."""
+    known = hashes or {}
     return {
         "v": FINGERPRINT_VERSION,
         "agent": agent,
         "input": value_hash(input),
         "policy": policy_hash,
-        "effects": [effect_projection(effect) for effect in sorted(effects, key=lambda e: e["step"])],
+        "effects": [
+            effect_projection(effect, known.get(effect["step"]))
+            for effect in sorted(effects, key=lambda e: e["step"])
+        ],
         "routing": [dict(decision) for decision in routing],
         "output": value_hash(output) if outcome == "SUCCESS" else None,
         "outcome": outcome,

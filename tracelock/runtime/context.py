@@ -150,6 +150,8 @@ class RunContext:
         self.effects: dict[int, dict[str, Any]] = {}
         self.routing: list[dict[str, Any]] = []
         self.reused: list[int] = []
+        #: H(args), H(result) of steps executed live, computed once for the fingerprint.
+        self.hashes: dict[int, tuple[str, str | None]] = {}
         self._patches: set[str] = set()
 
     # -- doors -------------------------------------------------------------------------
@@ -480,7 +482,7 @@ class RunContext:
             doc["name"] = request.name
             doc["class"] = request.side_effect
             try:
-                dumps(request.args)
+                args_hash = hashlib.sha256(dumps(request.args)).hexdigest()
             except CanonicalError as exc:
                 doc["args"] = {"__unserializable__": exc.message}
                 raise StepFailure(ARGS_NOT_JSON, exc.message) from None
@@ -509,10 +511,11 @@ class RunContext:
             # RECORD
             phase = Phase.RECORD
             try:
-                dumps(result)
+                result_hash = hashlib.sha256(dumps(result)).hexdigest()
             except CanonicalError as exc:
                 raise StepFailure(RESULT_NOT_JSON, f"result of {request.name!r}: {exc.message}") from None
             doc.update(outcome="SUCCESS", code=None, phase=None, result=result, error=None)
+            self.hashes[step] = (args_hash, result_hash)
         except StepFailure as failure:
             doc.setdefault("class", request.side_effect)
             doc.setdefault("args", request.args if _is_json(request.args) else None)

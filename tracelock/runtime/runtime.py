@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import concurrent.futures
 import importlib
 import inspect
@@ -248,7 +249,7 @@ class Runtime:
         """
         func, name = self._resolve_agent(agent)
         try:
-            dumps(input)
+            input_hash = hashlib.sha256(dumps(input)).hexdigest()
         except CanonicalError as exc:
             raise AgentDefinitionError(f"the run input is not canonical JSON: {exc.message}") from None
         if idempotency_key is not None:
@@ -273,7 +274,7 @@ class Runtime:
                 raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
         if not valid_run_id(run_id) or run_id == ADMIN_RUN:
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
-        seed = seed or value_hash({"agent": name, "input": value_hash(input)})
+        seed = seed or value_hash({"agent": name, "input": input_hash})
         self._record_policy()
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
         start = journal.start(
@@ -390,6 +391,7 @@ class Runtime:
             output=output,
             outcome=outcome,
             code=code,
+            hashes=ctx.hashes,
         )
         digest = fingerprint(projection)
         final = "completed" if outcome == "SUCCESS" else "failed"
