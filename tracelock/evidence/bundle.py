@@ -245,7 +245,7 @@ def collect_bundle(
     while True:
         referenced = {e.payload for e in selected.values() if e.payload}
         extra = [
-            r for digest in referenced for r in redactions.get(digest, []) if r.seq not in selected
+            r for digest in sorted(referenced) for r in redactions.get(digest, []) if r.seq not in selected
         ]
         if not extra:
             break
