@@ -424,7 +424,8 @@ def test_fast_path_declines_on_look_alikes_in_strings() -> None:
         {"a": [1, (2, MyInt(3))]},
         [float("nan")],
         {"a": [float("inf")]},
-        nest(MAX_DEPTH),
+        nest(MAX_DEPTH + 1),
+        nest(MAX_DEPTH, leaf=[]),
     ],
 )
 def test_fast_path_declines(value: Any) -> None:
@@ -454,6 +455,9 @@ def test_fast_path_is_exact_on_edge_values() -> None:
         {"\ue000": "\U00010000", "\x7f": "\u2028", "": ""},
         [MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 0, True, False, None],
         {"nested": [[[{"x": [1.0, "1.0", ":1.0,"]}]]]},
+        nest(MAX_DEPTH),
+        nest(MAX_DEPTH - 1, leaf=[]),
+        nest(MAX_DEPTH - 1, leaf={}),
         ["]", "}", ",", ":", "[", '"', "\\"],
     ]
     for value in cases:

@@ -387,6 +387,8 @@ _ORJSON_OPTIONS: Final = (
     | orjson.OPT_PASSTHROUGH_DATACLASS
 )
 _JSON_TYPES: Final = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
+_CONTAINER_TYPES: Final = frozenset({dict, list, tuple})
+_DEPTHS: Final = range(1, MAX_DEPTH + 2)  # the loop breaks or returns by MAX_DEPTH + 1
 _IS_DICT: Final = partial(is_, dict)
 _NON_BMP: Final = re.compile("[\U00010000-\U0010ffff]")
 _referents: Final = gc.get_referents
@@ -421,25 +423,22 @@ def _fast_dumps(value: Any) -> bytes | None:
     # keys too when some key is not an exact str; orjson refused those), the items of every
     # list and tuple, and nothing for str, int, float, bool and None. A level is expanded
     # only once all its nodes are of those types, so the walk never wanders into the
-    # attributes of some other object. orjson has just written every container of the tree
-    # as a container, so the tree is finite and acyclic: the walk ends after visiting each
-    # value once per occurrence, no more nodes than orjson wrote values.
+    # attributes of some other object, and only while it holds a container. The containers
+    # of level ``depth`` (the root's level is 1) are nested ``depth`` deep, so the walk
+    # stops after MAX_DEPTH expansions at most, each level no longer than ``out``.
     level = [value]
     floats: list[float] = []
-    levels = 0
-    while True:
+    for depth in _DEPTHS:
         kinds = set(map(type, level))
         if not kinds <= _JSON_TYPES:
             return None  # UUID, Enum, Fragment, a subclass inside a tuple, ...
         if float in kinds:
             floats += [node for node in level if type(node) is float]
-        level = _referents(*level)
-        if not level:
+        if kinds.isdisjoint(_CONTAINER_TYPES):
             break
-        levels += 1
-        # A level is non-empty only below a container: the nesting is levels or levels + 1.
-        if levels >= MAX_DEPTH:
-            return None  # possibly too deep: the exact path decides
+        if depth > MAX_DEPTH:
+            return None  # the exact path names the container nested too deep
+        level = _referents(*level)
     # From here every node is a dict (exact-str keys), list, tuple, str, int, bool, None or
     # float, and orjson wrote each one as RFC 8785 does, except floats and key order.
 

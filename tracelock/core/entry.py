@@ -162,13 +162,13 @@ def entry_hash(line: bytes) -> str:
 # this matches (with a canonical ``meta`` object, checked separately) is exactly what
 # ``encode_entry`` writes for the same fields, so matching it proves the canonical form
 # without re-serializing the whole line.
-_LINE = re.compile(
+ENTRY_LINE = _LINE = re.compile(
     rb'\{"i":(0|[1-9][0-9]{0,15}),"kind":"([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*)",'
     rb'(?:"meta":(\{.*\}),)?"payload":(?:null|"([0-9a-f]{64})"),'
     rb'"prev":(?:null|"([0-9a-f]{64})"),"run":"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})",'
     rb'"seq":(0|[1-9][0-9]{0,15}),"ts":(0|[1-9][0-9]{0,15}),"v":([0-9]+)\}'
 )
-_MAX = 2**53 - 1
+_MAX = MAX_INTEGER = 2**53 - 1
 
 
 def parse_entry(line: bytes) -> Entry:
@@ -272,6 +272,13 @@ class ChainChecker:
         # When checking from the middle of a journal, heads of runs opened earlier come from
         # ``lookup`` (the index); None there means the run is unknown or already closed.
         self._lookup = lookup
+
+    @classmethod
+    def resume(cls, next_seq: int, heads: dict[str, tuple[int, str]]) -> ChainChecker:
+        """A checker that continues from a known position (used after a fast pre-check)."""
+        checker = cls(next_seq)
+        checker._heads = dict(heads)
+        return checker
 
     @property
     def open_runs(self) -> dict[str, tuple[int, str]]:

@@ -419,6 +419,10 @@ class DirectoryStore:
         return self._path
 
     @property
+    def journal_path(self) -> Path:
+        return self._path / "journal.log"
+
+    @property
     def read_only(self) -> bool:
         return self._read_only
 

@@ -13,9 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from tracelock.core.canonical import dumps
 from tracelock.core.entry import (
     ADMIN_RUN,
+    ENTRY_LINE,
+    MAX_INTEGER,
     REDACTION_KIND,
+    TERMINAL_KINDS,
     ChainChecker,
     ChainIssue,
     EntryFormatError,
@@ -23,7 +29,11 @@ from tracelock.core.entry import (
 )
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError
-from tracelock.storage.journal_file import ENTRY, PAYLOAD, REDACTED, Record
+from tracelock.storage.journal_file import ENTRY, PAYLOAD, REDACTED, Record, classify
+
+ADMIN_RUN_BYTES = ADMIN_RUN.encode()
+REDACTION_KIND_BYTES = REDACTION_KIND.encode()
+(TERMINAL_KIND_BYTES,) = (kind.encode() for kind in TERMINAL_KINDS)
 
 __all__ = ["VerifyReport", "verify_run", "verify_store"]
 
@@ -93,44 +103,126 @@ def verify_store(
 ) -> VerifyReport:
     """Verify the whole journal: record shapes, canonical form, seq numbering, every run's
     chain, every payload against its hash, every reference to a payload, and that every
-    erased payload has a recorded redaction."""
+    erased payload has a recorded redaction.
+
+    The loop below is the fast path: it checks each line with one pattern match and one
+    hash, keeping only bytes. The first record it cannot accept is handed to the detailed
+    checker (``_check_record``), which states exactly what is wrong.
+    """
     report = VerifyReport(scope="store")
-    checker = ChainChecker()
-    payloads = _PayloadTracker(store)
+    store.iter_records(0)  # flush what this handle has appended, so the file is complete
+    heads: dict[bytes, tuple[int, bytes]] = {}
+    recent: dict[bytes, bool] = {}  # payload hash (hex bytes) -> redacted?
+    erased: set[bytes] = set()
     redactions: set[str] = set()
-    runs_seen = 0
-    for item in store.iter_records(0):
-        if isinstance(item, tuple):
-            offset, fragment = item
-            report.notes.append(
-                f"incomplete tail of {len(fragment)} bytes at byte {offset} is not part of the "
-                "journal (an unacknowledged write; the next writer to open the store cuts it)"
-            )
-            break
-        problem = _check_record(item, checker, payloads, redactions)
-        if problem is not None:
-            report.issue = problem
-            return report
-        if item.kind == ENTRY:
-            report.entries += 1
-            if progress is not None and report.entries % 100_000 == 0:
-                progress(report.entries)
-            if item.data.startswith(b'{"i":0,'):
-                runs_seen += 1
-        elif item.kind == PAYLOAD:
-            report.payloads += 1
-        else:
-            report.redacted += 1
-    report.runs = runs_seen
-    unexplained = sorted(payloads.redacted - redactions)
+    next_seq = 0
+    match = ENTRY_LINE.fullmatch
+    sha256 = hashlib.sha256
+    offset = 0
+    pending = b""
+    with open(store.journal_path, "rb") as journal:
+        while chunk := journal.read(1 << 22):
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                first = line[:1]
+                ok = False
+                if first == b"{":
+                    found = match(line)
+                    if found is not None:
+                        i_text, kind, meta_text, payload, prev, run, seq_text, ts_text, version = found.groups()
+                        seq, i = int(seq_text), int(i_text)
+                        head = heads.get(run)
+                        ok = (
+                            version == b"1"
+                            and seq == next_seq
+                            and max(seq, i, int(ts_text)) <= MAX_INTEGER
+                            and (
+                                (i == 0 and prev is None)
+                                if head is None
+                                else (i == head[0] + 1 and prev == head[1])
+                            )
+                        )
+                        if ok and meta_text is not None:
+                            meta = orjson.loads(meta_text)
+                            ok = isinstance(meta, dict) and bool(meta) and dumps(meta) == meta_text
+                            if ok and kind == REDACTION_KIND_BYTES and run == ADMIN_RUN_BYTES:
+                                target = meta.get("payload")
+                                if isinstance(target, str):
+                                    redactions.add(target)
+                        if ok and payload is not None and payload not in recent:
+                            state = store.payload_state_before(payload.decode(), offset)
+                            ok = state != "missing"
+                            if ok:
+                                _remember(recent, payload, state == "redacted")
+                        if ok:
+                            digest = sha256(line).hexdigest().encode()
+                            if kind == TERMINAL_KIND_BYTES:
+                                heads.pop(run, None)
+                            else:
+                                heads[run] = (i, digest)
+                            next_seq = seq + 1
+                            report.entries += 1
+                            if i == 0:
+                                report.runs += 1
+                            if progress is not None and report.entries % 100_000 == 0:
+                                progress(report.entries)
+                elif first == b"=":
+                    ok = len(line) >= 67 and line[65:66] == b" " and sha256(line[66:]).hexdigest().encode() == line[1:65]
+                    if ok:
+                        _remember(recent, line[1:65], False)
+                        report.payloads += 1
+                elif first == b"-":
+                    ok = len(line) >= 67 and line[65:66] == b" " and not line[66:].strip(b" ")
+                    if ok:
+                        _remember(recent, line[1:65], True)
+                        erased.add(line[1:65])
+                        report.redacted += 1
+                if not ok:
+                    report.issue = _explain(store, Record(offset, classify(line) or "garbage", line), next_seq, heads, recent, redactions)
+                    return report
+                offset += len(line) + 1
+    if pending:
+        report.notes.append(
+            f"incomplete tail of {len(pending)} bytes at byte {offset} is not part of the "
+            "journal (an unacknowledged write; the next writer to open the store cuts it)"
+        )
+    unexplained = sorted(digest.decode() for digest in erased if digest.decode() not in redactions)
     if unexplained:
         report.issue = _issue(
             "PAYLOAD_ERASED_WITHOUT_REDACTION",
-            checker.next_seq,
+            next_seq,
             None,
             f"payload {unexplained[0]} was erased but no redaction entry records it",
         )
     return report
+
+
+def _remember(recent: dict[bytes, bool], digest: bytes, redacted: bool) -> None:
+    recent[digest] = redacted
+    if len(recent) > _SEEN_CACHE:
+        del recent[next(iter(recent))]  # the oldest: later lookups go through the index
+
+
+def _explain(
+    store: DirectoryStore,
+    record: Record,
+    next_seq: int,
+    heads: dict[bytes, tuple[int, bytes]],
+    recent: dict[bytes, bool],
+    redactions: set[str],
+) -> ChainIssue:
+    """The precise reason a record failed the fast path."""
+    checker = ChainChecker.resume(
+        next_seq, {run.decode(): (i, digest.decode()) for run, (i, digest) in heads.items()}
+    )
+    tracker = _PayloadTracker(store)
+    for digest, redacted in recent.items():
+        tracker.add(bytes.fromhex(digest.decode()), redacted)
+    issue = _check_record(record, checker, tracker, set(redactions))
+    return issue or _issue(
+        "JOURNAL_MALFORMED_RECORD", next_seq, None, f"record at byte {record.offset} is not valid"
+    )
 
 
 def _check_record(
