@@ -474,17 +474,18 @@ def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
     # orjson's float writer is a function of the double alone, so each float token in
     # ``out`` is the corresponding item of ``written``.
     written = orjson.dumps(floats)
-    ours = ",".join(map(float.__repr__, floats))
-    # Common case. A repr without "e" and without a trailing ".0" is a finite, non-integral
-    # number below 1e16 in plain notation (so below 2**52: no range issue); for those
-    # format_number returns the repr unchanged. ".0," occurs in ``ours + ","`` exactly when
-    # some repr ends with ".0", since a plain repr with a fraction never ends with "0".
-    # "n" catches "nan" and "inf". If orjson wrote the same texts, ``out`` is already exact.
-    if (
-        "e" not in ours
-        and "n" not in ours
-        and ".0," not in ours + ","
-        and written == b"[" + ours.encode("ascii") + b"]"
+    # Common case, checked without computing any canonical text. Suppose orjson wrote each
+    # float f as a text T in plain notation, with a fraction ending in a non-zero digit, at
+    # most 5 zeros after "0." and at most 15 significant digits (the regex), and that T
+    # reads back as f (Python's float() rounds correctly). RFC 8785 writes f with the
+    # shortest digit string S that reads back as f, so S has at most 15 digits too. Any
+    # decimal with at most 15 significant digits is the unique such decimal nearest to the
+    # double it reads as (10**15 < 2**52: doubles are denser than 15-digit decimals; this is
+    # why DBL_DIG is 15), so T and S, both nearest to f, are the same number. T is not an
+    # integer (its 15-digit rounding would be) and 1e-6 <= |f| < 1e15, where ECMAScript
+    # writes plain notation without padding: T is exactly RFC 8785's text of f.
+    if _PLAIN_FLOATS.fullmatch(written) is not None and floats == list(
+        map(float, written[1:-1].split(b","))
     ):
         return out
     # Repair. For each float whose orjson text T differs from the canonical text E, replace
@@ -521,6 +522,13 @@ def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
 
 
 _FLOAT_TOKEN: Final = re.compile(rb"-?[0-9][0-9.e+\-]*[.e][0-9.e+\-]*")
+# A plain float text with a fraction, no padding zero, at most 15 significant digits (the
+# lookaheads count them) and at most 5 zeros after "0." (so at least 1e-6 in magnitude).
+_PLAIN_FLOAT: Final = (
+    rb"-?(?:[1-9](?=[0-9.]{1,15}[,\]])[0-9]*\.[0-9]*[1-9]"
+    rb"|0\.0{0,5}(?=[0-9]{1,15}[,\]])[1-9](?:[0-9]*[1-9])?)"
+)
+_PLAIN_FLOATS: Final = re.compile(rb"\[" + _PLAIN_FLOAT + rb"(?:," + _PLAIN_FLOAT + rb")*\]")
 
 
 def dumps(value: Any) -> bytes:

@@ -200,9 +200,9 @@ class RunJournal:
     intent is durable before it executes (and with it everything the run recorded before);
     an irreversible effect's result is durable before the agent sees it; every lifecycle
     state and the run's end are durable before they are reported. Entries of effects that
-    cannot change the world (read-only tools, LLM calls, the clock, randomness) become
-    durable with the next of those points; a crash before it only means recovery re-runs
-    them, which their class allows.
+    cannot change the world (read-only tools, LLM calls, the clock, randomness) are written
+    at once (a process crash loses none) and fsynced with the next of those points; a
+    machine crash before it only means recovery re-runs them, which their class allows.
     """
 
     def __init__(self, store: Store, run_id: str, *, strict: bool = False, batch: bool = False) -> None:

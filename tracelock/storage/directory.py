@@ -509,6 +509,10 @@ class DirectoryStore:
             backlog = len(self._pending.entries) >= _INDEX_BATCH
         if durable:
             log.wait_durable(end)
+        else:
+            # Written at once (not fsynced): a process crash loses nothing appended; only a
+            # machine crash can lose what the next durability point had not covered yet.
+            log.flush()
         if backlog:
             self._flush_index()
         return out

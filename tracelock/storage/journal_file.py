@@ -82,14 +82,14 @@ def scan_records(fd: int, start: int, end: int | None = None) -> Iterator[Record
 
 
 class GroupCommitLog:
-    """Appends bytes to one file; concurrent callers share each ``write`` + ``fdatasync``.
+    """Appends bytes to one file; concurrent callers share each ``write`` and ``fdatasync``.
 
-    Callers enqueue bytes (``enqueue``) under their own ordering lock, then wait for
-    durability (``wait_durable``) without it. The first waiter becomes the leader: it takes
-    everything queued so far, writes it and syncs it, while later callers queue behind it;
-    when it finishes, the next waiter leads the next batch. A batch therefore never waits on
-    a timer, only on the sync in progress. Any write or sync error poisons the log: every
-    waiter and every later call gets the same :class:`DurabilityError`.
+    Callers enqueue bytes (``enqueue``) under their own ordering lock, then ask for them to be
+    written (``flush``) or made durable (``wait_durable``) without it. One thread at a time
+    writes everything queued so far; one thread at a time syncs, claiming what was written
+    before its ``fdatasync`` began, while others keep writing behind it. Nobody waits on a
+    timer, only on the write or sync in progress. Any write or sync error poisons the log:
+    every waiter and every later call gets the same :class:`DurabilityError`.
     """
 
     def __init__(self, fd: int, end: int, *, max_buffer: int = 4 << 20) -> None:
@@ -101,7 +101,8 @@ class GroupCommitLog:
         self._queued_end = end
         self._written_end = end
         self._durable_end = end
-        self._busy = False
+        self._writing = False
+        self._syncing = False
         self._error: DurabilityError | None = None
         self._closed = False
         self._max_buffer = max_buffer
@@ -127,7 +128,7 @@ class GroupCommitLog:
             self._pending.append(data)
             self._pending_bytes += len(data)
             self._queued_end += len(data)
-            flush_now = self._pending_bytes >= self._max_buffer and not self._busy
+            flush_now = self._pending_bytes >= self._max_buffer and not self._writing
         if flush_now:
             self._drain(sync=False, target=None)
         return start
@@ -147,41 +148,70 @@ class GroupCommitLog:
             raise StoreClosedError("the store is closed")
 
     def _drain(self, *, sync: bool, target: int | None) -> None:
+        """Write (and, with ``sync``, fdatasync) everything queued before ``target``.
+
+        Writing and syncing are separate turns: while one thread waits in ``fdatasync``,
+        others may write their bytes after it (a sync only ever claims what was written
+        before it started), and every caller whose bytes were written by then shares it.
+        """
         with self._cond:
             goal = self._queued_end if target is None else target
             while True:
                 self._check()
-                done = self._durable_end if sync else self._written_end
-                if done >= goal:
+                if (self._durable_end if sync else self._written_end) >= goal:
                     return
-                if self._busy:
+                if self._written_end < goal:
+                    if self._writing:
+                        self._cond.wait()
+                        continue
+                    self._write_turn()
+                    continue
+                if self._syncing:
                     self._cond.wait()
                     continue
-                self._busy = True
-                batch = b"".join(self._pending)
-                self._pending.clear()
-                self._pending_bytes = 0
-                batch_end = self._queued_end
-                self._mutex.release()
-                error: DurabilityError | None = None
-                try:
-                    self._write_all(batch)
-                    if sync:
-                        os.fdatasync(self._fd)
-                except OSError as exc:
-                    error = _durability_error(exc, "fdatasync" if sync else "write")
-                finally:
-                    self._mutex.acquire()
-                    self._busy = False
-                if error is not None:
-                    self._error = error
-                    self._cond.notify_all()
-                    raise error
-                self._written_end = batch_end
-                if sync:
-                    self._durable_end = batch_end
-                    self.syncs += 1
-                self._cond.notify_all()
+                self._sync_turn()
+
+    def _write_turn(self) -> None:
+        """Write everything queued (holding the mutex on entry and exit, not meanwhile)."""
+        self._writing = True
+        batch = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        batch_end = self._queued_end
+        self._mutex.release()
+        error: DurabilityError | None = None
+        try:
+            self._write_all(batch)
+        except OSError as exc:
+            error = _durability_error(exc, "write")
+        finally:
+            self._mutex.acquire()
+            self._writing = False
+        self._settle(error)
+        self._written_end = batch_end
+
+    def _sync_turn(self) -> None:
+        """fdatasync what was written before now (mutex held on entry and exit)."""
+        self._syncing = True
+        covered = self._written_end
+        self._mutex.release()
+        error: DurabilityError | None = None
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            error = _durability_error(exc, "fdatasync")
+        finally:
+            self._mutex.acquire()
+            self._syncing = False
+        self._settle(error)
+        self._durable_end = max(self._durable_end, covered)
+        self.syncs += 1
+
+    def _settle(self, error: DurabilityError | None) -> None:
+        self._cond.notify_all()
+        if error is not None:
+            self._error = error
+            raise error
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
