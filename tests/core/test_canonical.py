@@ -413,6 +413,25 @@ def test_fast_path_declines_on_look_alikes_in_strings() -> None:
     assert _fast_dumps({"a": "x:1.0,y", "b": 0.5}) == b'{"a":"x:1.0,y","b":0.5}'
 
 
+def test_float_memo_holds_only_proven_floats() -> None:
+    canonical._SAFE_FLOATS.clear()
+    value = {"a": [0.7, 0.0012, 1.0, -0.0, 0.0, 1e-7, 2.5, 1e21, 0.1 + 0.2], "b": 2.5}
+    expected = _exact_dumps(value)
+    assert _fast_dumps(value) == expected  # cold: everything checked
+    assert canonical._SAFE_FLOATS.issubset({0.7, 0.0012, 2.5, 0.1 + 0.2})
+    for number in canonical._SAFE_FLOATS:
+        assert float.__repr__(number) == format_number(number)
+        assert orjson.dumps(number) == format_number(number).encode()
+    assert _fast_dumps(value) == expected  # warm
+    assert _fast_dumps({"b": 2.5, "c": 0.25}) == b'{"b":2.5,"c":0.25}'  # partly warm
+    for bad in (0.0, -0.0, 1.0, float("nan"), float("inf"), 1e-7, 1e16):
+        assert bad not in canonical._SAFE_FLOATS
+    # The memo is bounded: it is emptied when it outgrows its limit.
+    canonical._SAFE_FLOATS.update(float(i) + 0.5 for i in range(canonical._SAFE_FLOATS_LIMIT + 1))
+    assert _fast_dumps([0.125]) == b"[0.125]"
+    assert sorted(canonical._SAFE_FLOATS) == [0.125]
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tracelock.core.canonical import (
     _ORJSON_OPTIONS,
+    _SAFE_FLOATS,
     MAX_SAFE_INTEGER,
     CanonicalError,
     CanonicalIntegerRange,
@@ -101,8 +102,10 @@ def test_dumps_matches_rfc8785(value: Any) -> None:
 
 
 @SETTINGS
-@given(values)
-def test_fast_path_equals_exact_path(value: Any) -> None:
+@given(values, st.booleans())
+def test_fast_path_equals_exact_path(value: Any, cold: bool) -> None:
+    if cold:
+        _SAFE_FLOATS.clear()
     fast = _fast_dumps(value)
     try:
         exact = _exact_dumps(value)
@@ -113,9 +116,11 @@ def test_fast_path_equals_exact_path(value: Any) -> None:
 
 
 @SETTINGS
-@given(st.lists(finite_floats, min_size=1, max_size=8), st.lists(texts, max_size=3))
-def test_fast_path_float_repair(numbers: list[float], strings: list[str]) -> None:
+@given(st.lists(finite_floats, min_size=1, max_size=8), st.lists(texts, max_size=3), st.booleans())
+def test_fast_path_float_repair(numbers: list[float], strings: list[str], cold: bool) -> None:
     assume(not _in_plain_integer_gap(numbers))
+    if cold:
+        _SAFE_FLOATS.clear()
     value = {"n": numbers, "s": strings, "m": {"x": numbers[0]}}
     fast = _fast_dumps(value)
     assert fast is None or fast == _exact_dumps(value) == rfc8785.dumps(value)

@@ -27,7 +27,7 @@ import math
 import re
 import sys
 from functools import partial
-from itertools import chain, compress
+from itertools import chain, compress, filterfalse
 from operator import is_
 from typing import Any, ClassVar, Final, NoReturn
 
@@ -389,6 +389,7 @@ _ORJSON_OPTIONS: Final = (
 _JSON_TYPES: Final = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
 _CONTAINER_TYPES: Final = frozenset({dict, list, tuple})
 _DEPTHS: Final = range(1, MAX_DEPTH + 2)  # the loop breaks or returns by MAX_DEPTH + 1
+_DEPTHS_BELOW_ROOT: Final = range(2, MAX_DEPTH + 2)
 _IS_DICT: Final = partial(is_, dict)
 _NON_BMP: Final = re.compile("[\U00010000-\U0010ffff]")
 _referents: Final = gc.get_referents
@@ -407,11 +408,17 @@ def _fast_dumps(value: Any) -> bytes | None:
     +/-(2**53-1), nesting beyond 254 containers, cycles, subclasses of the built-in types,
     dataclasses and datetimes. What it does differently, and the check that catches it:
 
-    1. It also writes ``uuid.UUID``, ``enum.Enum`` members, ``orjson.Fragment`` and tuples
-       without complaint. -> Check 1 looks at the type of every node.
+    1. It also writes ``uuid.UUID``, ``enum.Enum`` members and ``orjson.Fragment``
+       without complaint (and tuples, as RFC 8785 arrays: fine). -> Check 1 looks at the
+       type of every node.
     2. It writes floats its own way (``1.0``, ``-0.0``, ``1e+16``, NaN as ``null``). ->
-       Check 2 looks at every float.
+       Check 2 compares its text of every float with the canonical one (remembering the
+       floats found equal), and repairs or declines.
     3. It sorts keys by code point, RFC 8785 by UTF-16 code unit. -> Check 3.
+
+    Beyond those tests, the argument assumes only that orjson writes a given double the
+    same way wherever it appears (also tested), and that on CPython ``gc.get_referents``
+    reports every value of a dict, list or tuple (tested).
     """
     try:
         out = orjson.dumps(value, option=_ORJSON_OPTIONS)
@@ -426,10 +433,15 @@ def _fast_dumps(value: Any) -> bytes | None:
     # attributes of some other object, and only while it holds a container. The containers
     # of level ``depth`` (the root's level is 1) are nested ``depth`` deep, so the walk
     # stops after MAX_DEPTH expansions at most, each level no longer than ``out``.
-    level = [value]
+    if type(value) is dict:  # the usual root: skip a level of one
+        level = _referents(value)
+        depths = _DEPTHS_BELOW_ROOT
+    else:
+        level = [value]
+        depths = _DEPTHS
     floats: list[float] = []
-    for depth in _DEPTHS:
-        kinds = set(map(type, level))
+    for depth in depths:
+        kinds = {*map(type, level)}
         if not kinds <= _JSON_TYPES:
             return None  # UUID, Enum, Fragment, a subclass inside a tuple, ...
         if float in kinds:
@@ -448,7 +460,10 @@ def _fast_dumps(value: Any) -> bytes | None:
     # a byte 0xF0-0xF4: if the output has none, no key holds one. Otherwise look at the keys.
     if not out.isascii() and _has_four_byte_sequence(out) and _non_bmp_key(value):
         return None
-    if floats:
+    # Check 2 (floats). Floats already proven exact by _settle_floats are remembered: a
+    # memo of a pure function of the double (finite, canonical text == repr == orjson's
+    # text). Distinct doubles compare equal only for 0.0 and -0.0, and neither ever enters.
+    if floats and not _SAFE_FLOATS.issuperset(floats):
         return _settle_floats(out, floats)
     return out
 
@@ -471,22 +486,25 @@ def _non_bmp_key(value: Any) -> bool:
 
 def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
     """Check 2: make every float token of ``out`` its RFC 8785 text, or decline."""
+    fresh = list(filterfalse(_SAFE_FLOATS.__contains__, floats)) if _SAFE_FLOATS else floats
     # orjson's float writer is a function of the double alone, so each float token in
-    # ``out`` is the corresponding item of ``written``.
-    written = orjson.dumps(floats)
-    # Common case, checked without computing any canonical text. Suppose orjson wrote each
-    # float f as a text T in plain notation, with a fraction ending in a non-zero digit, at
-    # most 5 zeros after "0." and at most 15 significant digits (the regex), and that T
-    # reads back as f (Python's float() rounds correctly). RFC 8785 writes f with the
-    # shortest digit string S that reads back as f, so S has at most 15 digits too. Any
-    # decimal with at most 15 significant digits is the unique such decimal nearest to the
-    # double it reads as (10**15 < 2**52: doubles are denser than 15-digit decimals; this is
-    # why DBL_DIG is 15), so T and S, both nearest to f, are the same number. T is not an
-    # integer (its 15-digit rounding would be) and 1e-6 <= |f| < 1e15, where ECMAScript
-    # writes plain notation without padding: T is exactly RFC 8785's text of f.
-    if _PLAIN_FLOATS.fullmatch(written) is not None and floats == list(
-        map(float, written[1:-1].split(b","))
+    # ``out`` is the corresponding item of ``orjson.dumps(floats)``.
+    ours = ",".join(map(float.__repr__, fresh))
+    # Common case. A repr without "e" and without a trailing ".0" is a finite, non-integral
+    # number below 1e16 in plain notation (so below 2**52: no range issue); for those
+    # format_number returns the repr unchanged. ".0," occurs in ``ours + ","`` exactly when
+    # some repr ends with ".0", since a plain repr with a fraction never ends with "0".
+    # "n" catches "nan" and "inf". If orjson wrote the same texts, and the other floats are
+    # in the memo, ``out`` is already exact; the fresh floats join the memo.
+    if (
+        "e" not in ours
+        and "n" not in ours
+        and ".0," not in ours + ","
+        and orjson.dumps(fresh)[1:-1] == ours.encode()
     ):
+        if len(_SAFE_FLOATS) > _SAFE_FLOATS_LIMIT:
+            _SAFE_FLOATS.clear()
+        _SAFE_FLOATS.update(fresh)
         return out
     # Repair. For each float whose orjson text T differs from the canonical text E, replace
     # the token T by E. A regex finds T only where a token can be: after "[", ":" or "," (or
@@ -501,7 +519,7 @@ def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
         texts = [_float_text(number) for number in floats]
     except _Fault:
         return None  # NaN, infinity or out-of-range: the exact path names it and where
-    theirs = written[1:-1].split(b",")
+    theirs = orjson.dumps(floats)[1:-1].split(b",")
     if len(theirs) != len(texts):
         return None
     mapping: dict[bytes, bytes] = {}
@@ -522,13 +540,9 @@ def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
 
 
 _FLOAT_TOKEN: Final = re.compile(rb"-?[0-9][0-9.e+\-]*[.e][0-9.e+\-]*")
-# A plain float text with a fraction, no padding zero, at most 15 significant digits (the
-# lookaheads count them) and at most 5 zeros after "0." (so at least 1e-6 in magnitude).
-_PLAIN_FLOAT: Final = (
-    rb"-?(?:[1-9](?=[0-9.]{1,15}[,\]])[0-9]*\.[0-9]*[1-9]"
-    rb"|0\.0{0,5}(?=[0-9]{1,15}[,\]])[1-9](?:[0-9]*[1-9])?)"
-)
-_PLAIN_FLOATS: Final = re.compile(rb"\[" + _PLAIN_FLOAT + rb"(?:," + _PLAIN_FLOAT + rb")*\]")
+#: Floats proven to be written by orjson exactly as RFC 8785 writes them (see check 2).
+_SAFE_FLOATS: set[float] = set()
+_SAFE_FLOATS_LIMIT: Final = 4096  # emptied when it grows past this
 
 
 def dumps(value: Any) -> bytes:

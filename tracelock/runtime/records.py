@@ -213,16 +213,25 @@ class RunJournal:
         # caller's final sync, before anything is reported; effects keep their own rules.
         self.batch = batch
 
-    def _append(self, kind: str, payload: Any = NO_PAYLOAD, *, meta: dict[str, Any] | None = None, durable: bool) -> Entry:
+    def _append(
+        self,
+        kind: str,
+        payload: Any = NO_PAYLOAD,
+        *,
+        meta: dict[str, Any] | None = None,
+        durable: bool,
+        new_run: bool = False,
+    ) -> Entry:
         return self.store.append(
-            self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict
+            self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict, new_run=new_run
         )
 
     def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> Entry:
         meta: dict[str, Any] = {"agent": agent, "status": "running"}
         if parent is not None:
             meta["parent"] = parent
-        return self._append(START, doc, meta=meta, durable=False)
+        # The runtime gives every run a fresh id (generated, or checked when it was chosen).
+        return self._append(START, doc, meta=meta, durable=False, new_run=True)
 
     def effect(self, doc: dict[str, Any]) -> Entry:
         return self._append(EFFECT, _compact(doc), durable=False)

@@ -41,6 +41,9 @@ class NewEntry:
     kind: str
     payload: Any = NO_PAYLOAD
     meta: dict[str, Any] | None = None
+    #: The caller guarantees this is the run's first entry (a fresh run id): the backend
+    #: may skip looking the run up. An id that does exist is then a caller bug.
+    new_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,7 @@ class Store(Protocol):
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         durable: bool = True,
+        new_run: bool = False,
     ) -> Entry: ...
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]: ...

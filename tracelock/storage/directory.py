@@ -61,6 +61,7 @@ from tracelock.storage.journal_file import (
     scan_records,
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.seen import PayloadFilter
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 
@@ -140,6 +141,7 @@ class DirectoryStore:
         self._closed_here: set[str] = set()
         self._payloads: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._pending = _PendingIndex()
+        self._filter: PayloadFilter | None = None  # built on the first payload look-up
         self._tail_fragment: tuple[int, int] | None = None
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
@@ -448,8 +450,9 @@ class DirectoryStore:
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         durable: bool = True,
+        new_run: bool = False,
     ) -> Entry:
-        return self.append_many([NewEntry(run, kind, payload, meta)], durable=durable)[0]
+        return self.append_many([NewEntry(run, kind, payload, meta, new_run)], durable=durable)[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
         log = self._writer()
@@ -479,7 +482,12 @@ class DirectoryStore:
                         )
                         chunks.append(record)
                         offset += len(record)
-                head = self._head(item.run)
+                if item.new_run:
+                    if item.run in self._heads or item.run in self._closed_here:
+                        raise StoreError(f"run {item.run!r} already exists", details={"run": item.run})
+                    head = None
+                else:
+                    head = self._head(item.run)
                 entry = encode_entry(
                     seq=self._next_seq,
                     run=item.run,
@@ -614,6 +622,8 @@ class DirectoryStore:
     # -- payload locations ---------------------------------------------------------------
     def _remember_payload(self, digest: bytes, offset: int, length: int) -> None:
         self._payloads[digest] = (offset, length)
+        if self._filter is not None:
+            self._filter.add(digest)
         if len(self._payloads) > _PAYLOAD_CACHE:
             self._payloads.popitem(last=False)
 
@@ -622,9 +632,13 @@ class DirectoryStore:
         if location is not None:
             self._payloads.move_to_end(digest)
             return location
-        for _end, pending in self._pending.payloads:
-            if pending.hash == digest:
-                return pending.offset, pending.length
+        if self._filter is None:
+            with self._index_lock:
+                self._filter = PayloadFilter(self._index.payload_count() * 2)
+                self._filter.update(self._index.payload_hashes())
+                self._filter.update(self._payloads)
+        if not self._filter.may_contain(digest):
+            return None
         with self._index_lock:
             location = self._index.payload_location(digest)
         if location is not None:

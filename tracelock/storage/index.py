@@ -9,7 +9,7 @@ rebuilds it from scratch when it does not match the journal.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,6 +271,13 @@ class Index:
             "SELECT offset, length FROM payloads WHERE hash = ?", (digest,)
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
+
+    def payload_count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM payloads").fetchone()[0])
+
+    def payload_hashes(self) -> Iterator[bytes]:
+        for (digest,) in self._db.execute("SELECT hash FROM payloads"):
+            yield bytes(digest)
 
     def payload_locations(self, digests: Iterable[bytes]) -> dict[bytes, tuple[int, int]]:
         found: dict[bytes, tuple[int, int]] = {}
