@@ -10,7 +10,7 @@ See ``docs/spec.md`` section 5 for the normative definition.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tracelock.core.canonical import dumps
@@ -37,10 +37,14 @@ def value_hash(value: Any) -> str:
 
 
 def effect_projection(
-    effect: Mapping[str, Any], hashes: tuple[str, str | None] | None = None
+    effect: Mapping[str, Any],
+    hashes: tuple[str, str | None] | None = None,
+    digest: Callable[[Any], str] = value_hash,
 ) -> dict[str, Any]:
     """The deterministic part of one recorded effect. ``hashes`` are ``H(args)`` and
-    ``H(result)`` when the caller already has them (the runtime computes them once)."""
+    ``H(result)`` when the caller already has them (the runtime computes them once);
+    ``digest`` computes ``H`` otherwise (a verifier of redacted evidence supplies one that
+    knows the hashes of values it no longer has)."""
     kind = effect["kind"]
     succeeded = effect.get("outcome") == "SUCCESS"
     args_hash, result_hash = hashes if hashes is not None else (None, None)
@@ -49,9 +53,9 @@ def effect_projection(
         "kind": kind,
         "name": effect["name"],
         "class": effect["class"],
-        "args": args_hash or value_hash(effect.get("args")),
+        "args": args_hash or digest(effect.get("args")),
         "result": (
-            (result_hash or value_hash(effect.get("result")))
+            (result_hash or digest(effect.get("result")))
             if succeeded and kind not in VALUE_EXCLUDED_KINDS
             else None
         ),
@@ -77,21 +81,22 @@ def run_projection(
     outcome: str,
     code: str | None,
     hashes: Mapping[int, tuple[str, str | None]] | None = None,
+    digest: Callable[[Any], str] = value_hash,
 ) -> dict[str, Any]:
     """The canonical deterministic projection of a whole run. ``hashes`` (by step) let a
-    caller that already computed them skip recomputing."""
+    caller that already computed them skip recomputing; ``digest`` is ``H``."""
     known = hashes or {}
     return {
         "v": FINGERPRINT_VERSION,
         "agent": agent,
-        "input": value_hash(input),
+        "input": digest(input),
         "policy": policy_hash,
         "effects": [
-            effect_projection(effect, known.get(effect["step"]))
+            effect_projection(effect, known.get(effect["step"]), digest)
             for effect in sorted(effects, key=lambda e: e["step"])
         ],
         "routing": [dict(decision) for decision in routing],
-        "output": value_hash(output) if outcome == "SUCCESS" else None,
+        "output": digest(output) if outcome == "SUCCESS" else None,
         "outcome": outcome,
         "code": code,
     }

@@ -36,6 +36,7 @@ from tracelock.evidence.keys import PrivateKey, load_private_key
 from tracelock.evidence.note import NoteSigner, NoteVerifier, parse_note
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.files import write_durably
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -143,25 +144,6 @@ def load_signing_key(path: Path) -> SigningKey:
     return SigningKey(private, name)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Write ``path`` atomically and durably (temp file, fsync, rename, fsync directory)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    _fsync_dir(path.parent)
 
 
 class CheckpointHistory:
@@ -298,10 +280,10 @@ class CheckpointHistory:
                     "to": {"number": number, "size": size, "root": root.hex()},
                     "proof": [node.hex() for node in proof],
                 }
-                _write_new_file(
+                write_durably(
                     self.directory / f"{number:08d}.consistency.json", dumps(record) + b"\n"
                 )
-            _write_new_file(self.directory / f"{number:08d}.note", note.encode("utf-8"))
+            write_durably(self.directory / f"{number:08d}.note", note.encode("utf-8"))
             stored = StoredCheckpoint(number, body, note, ((signer.name, signer.key_id),))
             self._append_index(stored, signer)
             return stored, True
@@ -368,7 +350,7 @@ class CheckpointHistory:
         """Rewrite ``index.jsonl`` from the note files (signer keys are then unknown)."""
         lines = [dumps(self.load(n).to_dict() | {"vkeys": []}) + b"\n" for n in self.numbers()]
         self.directory.mkdir(parents=True, exist_ok=True)
-        _write_new_file(self.directory / INDEX_FILE, b"".join(lines))
+        write_durably(self.directory / INDEX_FILE, b"".join(lines))
 
     def signer_vkeys(self, number: int) -> list[str]:
         """The verifier keys recorded for checkpoint ``number`` when it was signed

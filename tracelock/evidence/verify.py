@@ -26,7 +26,7 @@ from tracelock.core.entry import (
     EntryFormatError,
     parse_entry,
 )
-from tracelock.core.fingerprint import FINGERPRINT_VERSION, VALUE_EXCLUDED_KINDS, value_hash
+from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.core.hashing import is_hex_digest
 from tracelock.core.merkle import leaf_hash
 from tracelock.errors import EvidenceError, ProofError
@@ -376,31 +376,6 @@ def _digest(value: Any) -> str:
         raise _Unavailable("a redacted value is needed whole") from None
 
 
-def _effect_projection(effect: dict[str, Any]) -> dict[str, Any]:
-    kind = effect["kind"]
-    succeeded = effect.get("outcome") == "SUCCESS"
-    projected: dict[str, Any] = {
-        "step": effect["step"],
-        "kind": kind,
-        "name": effect["name"],
-        "class": effect["class"],
-        "args": _digest(effect.get("args")),
-        "result": (
-            _digest(effect.get("result"))
-            if succeeded and kind not in VALUE_EXCLUDED_KINDS
-            else None
-        ),
-        "outcome": effect.get("outcome"),
-        "code": effect.get("code"),
-        "attempts": effect.get("attempts", 1),
-        "timeout_ms": effect.get("timeout_ms"),
-    }
-    sandbox = effect.get("sandbox")
-    if sandbox is not None:
-        projected["sandbox"] = {"before": sandbox.get("before"), "after": sandbox.get("after")}
-    return projected
-
-
 _FINGERPRINT_KINDS = frozenset({"run.start", "effect", "effect.intent", "effect.result", "route", "run.end"})
 
 
@@ -434,20 +409,19 @@ def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
             end = doc
     if start is None or end is None:
         raise KeyError("run.start or run.end")
-    outcome = end["outcome"]
-    projection = {
-        "v": FINGERPRINT_VERSION,
-        "agent": start["agent"],
-        "input": _digest(start.get("input")),
-        "policy": start.get("policy"),
-        "effects": [_effect_projection(effects[step]) for step in sorted(effects)],
-        "routing": [dict(decision) for decision in routing],
-        "output": _digest(end.get("output")) if outcome == "SUCCESS" else None,
-        "outcome": outcome,
-        "code": end.get("code"),
-    }
+    projection = run_projection(
+        agent=start["agent"],
+        input=start.get("input"),
+        policy_hash=start.get("policy"),
+        effects=[effects[step] for step in sorted(effects)],
+        routing=routing,
+        output=end.get("output"),
+        outcome=end["outcome"],
+        code=end.get("code"),
+        digest=_digest,
+    )
     try:
-        return hashlib.sha256(dumps(projection)).hexdigest()
+        return fingerprint(projection)
     except CanonicalError:
         raise _Unavailable("a redacted member is part of the projection itself") from None
 

@@ -51,6 +51,7 @@ from tracelock.storage.errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
+from tracelock.storage.files import fsync_dir, write_durably
 from tracelock.storage.index import Index, IndexedEntry, IndexedPayload
 from tracelock.storage.journal_file import (
     ENTRY,
@@ -82,25 +83,6 @@ def _random_store_id() -> str:
     return os.urandom(16).hex()  # tracelock: allow TL-RAND-004 -- a store's name, never hashed
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    """Create ``path`` with ``data`` atomically: temp file, fsync, rename, fsync directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    _fsync_dir(path.parent)
 
 
 class _PendingIndex:
@@ -184,9 +166,9 @@ class DirectoryStore:
         finally:
             os.close(fd)
         marker = {"format": STORE_FORMAT, "version": STORE_VERSION, "store_id": store_id()}
-        _write_durably(self._path / "store.json", dumps(marker) + b"\n")
+        write_durably(self._path / "store.json", dumps(marker) + b"\n")
         parent = self._path.resolve().parent
-        _fsync_dir(parent)
+        fsync_dir(parent)
 
     def _check_format(self, meta_path: Path) -> None:
         try:
@@ -337,7 +319,7 @@ class DirectoryStore:
         quarantine = self._path / "quarantine"
         quarantine.mkdir(exist_ok=True)
         saved = quarantine / f"tail-{offset}-{len(data)}.bin"
-        _write_durably(saved, data)
+        write_durably(saved, data)
         assert self._wfd is not None
         os.ftruncate(self._wfd, offset)
         os.fsync(self._wfd)
