@@ -18,8 +18,9 @@ class Tracelock(System):
     distributions = ("tracelock",)
     app_module = "tracelock_app"
     durability = (
-        'durability="auto" (the default): the journal is fsynced at the run\'s end before run() '
-        "returns; entries of read-only effects wait in the process for that point"
+        'durability="auto" (the default): each entry goes to the journal file as it is appended; the '
+        "file is fsynced (group commit) at the run's end before run() returns, and before any "
+        "idempotent or irreversible effect runs"
     )
     strict = False
     store_subdir = "store"

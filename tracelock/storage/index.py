@@ -156,16 +156,8 @@ class Index:
                     "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
                     [(p.hash, p.offset, p.length) for p in payloads],
                 )
-            run_ids: dict[str, int] = {}
-            rows = []
-            for entry in entries:
-                run_id = run_ids.get(entry.run)
-                if run_id is None:
-                    run_id = self._touch_run(entry)
-                    run_ids[entry.run] = run_id
-                else:
-                    self._update_run(run_id, entry)
-                rows.append((entry.seq, run_id, entry.offset, entry.length))
+            run_ids = self._upsert_runs(entries)
+            rows = [(entry.seq, run_ids[entry.run], entry.offset, entry.length) for entry in entries]
             db.executemany(
                 "INSERT OR REPLACE INTO entries (seq, run_id, offset, length) VALUES (?, ?, ?, ?)",
                 rows,
@@ -180,36 +172,52 @@ class Index:
             db.execute("ROLLBACK")
             raise
 
-    def _touch_run(self, entry: IndexedEntry) -> int:
-        row = self._db.execute("SELECT id FROM runs WHERE run = ?", (entry.run,)).fetchone()
-        if row is not None:
-            self._update_run(int(row[0]), entry)
-            return int(row[0])
-        cursor = self._db.execute(
-            "INSERT INTO runs (run, agent, parent, status, started_ts, updated_ts, first_seq, "
-            "last_seq, entries, last_hash, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
-            (
-                entry.run,
-                entry.agent,
-                entry.parent,
-                entry.status or "created",
-                entry.ts,
-                entry.ts,
-                entry.seq,
-                entry.seq,
-                entry.hash,
-                int(entry.closes),
-            ),
-        )
-        return int(cursor.lastrowid or 0)
-
-    def _update_run(self, run_id: int, entry: IndexedEntry) -> None:
-        self._db.execute(
-            "UPDATE runs SET status = COALESCE(?, status), agent = COALESCE(agent, ?), "
-            "updated_ts = ?, last_seq = ?, entries = entries + 1, last_hash = ?, closed = ? "
-            "WHERE id = ?",
-            (entry.status, entry.agent, entry.ts, entry.seq, entry.hash, int(entry.closes), run_id),
-        )
+    def _upsert_runs(self, entries: Sequence[IndexedEntry]) -> dict[str, int]:
+        """Fold a batch's entries into one row update per run (two statements per batch,
+        not one per entry); returns each run's row id."""
+        batch: dict[str, list[IndexedEntry]] = {}
+        for entry in entries:
+            batch.setdefault(entry.run, []).append(entry)
+        known: dict[str, int] = {}
+        names = list(batch)
+        for start in range(0, len(names), 500):
+            chunk = names[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row_id, run in self._db.execute(f"SELECT id, run FROM runs WHERE run IN ({marks})", chunk):
+                known[str(run)] = int(row_id)
+        new_rows = []
+        updates = []
+        for run, group in batch.items():
+            first, last = group[0], group[-1]
+            status = next((e.status for e in reversed(group) if e.status is not None), None)
+            agent = next((e.agent for e in group if e.agent is not None), None)
+            if run in known:
+                updates.append((status, agent, last.ts, last.seq, len(group), last.hash, int(last.closes), known[run]))
+            else:
+                new_rows.append(
+                    (run, agent, first.parent, status or "created", first.ts, last.ts, first.seq,
+                     last.seq, len(group), last.hash, int(last.closes))
+                )
+        if updates:
+            self._db.executemany(
+                "UPDATE runs SET status = COALESCE(?, status), agent = COALESCE(agent, ?), "
+                "updated_ts = ?, last_seq = ?, entries = entries + ?, last_hash = ?, closed = ? "
+                "WHERE id = ?",
+                updates,
+            )
+        if new_rows:
+            self._db.executemany(
+                "INSERT INTO runs (run, agent, parent, status, started_ts, updated_ts, first_seq, "
+                "last_seq, entries, last_hash, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                new_rows,
+            )
+            fresh = [row[0] for row in new_rows]
+            for start in range(0, len(fresh), 500):
+                chunk = fresh[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for row_id, run in self._db.execute(f"SELECT id, run FROM runs WHERE run IN ({marks})", chunk):
+                    known[str(run)] = int(row_id)
+        return known
 
     def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunRow]:
         """Runs, newest first (by start time, then journal position)."""

@@ -8,11 +8,12 @@ random already, so their own bytes serve as the filter's hash functions.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 
 __all__ = ["PayloadFilter"]
 
-_PROBES = 3
+_THREE_WORDS = struct.Struct(">III")  # three probes from the digest's first 12 bytes
 
 
 class PayloadFilter:
@@ -21,8 +22,10 @@ class PayloadFilter:
         self._mask = bits - 1
         self._bits = bytearray(bits // 8)
 
-    def _positions(self, digest: bytes) -> list[int]:
-        return [int.from_bytes(digest[4 * k : 4 * k + 4], "big") & self._mask for k in range(_PROBES)]
+    def _positions(self, digest: bytes) -> tuple[int, int, int]:
+        mask = self._mask
+        a, b, c = _THREE_WORDS.unpack_from(digest)
+        return a & mask, b & mask, c & mask
 
     def add(self, digest: bytes) -> None:
         bits = self._bits
