@@ -16,8 +16,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from typing import Any
+from dataclasses import dataclass, field
 
 from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreFullError
 
@@ -81,28 +82,39 @@ def scan_records(fd: int, start: int, end: int | None = None) -> Iterator[Record
         yield (offset, pending)
 
 
+@dataclass(eq=False)
+class _Waiter:
+    """A caller waiting for its bytes to be written (or synced), or for its turn to lead."""
+
+    goal: int
+    sync: bool
+    event: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False
+
+
 class GroupCommitLog:
     """Appends bytes to one file; concurrent callers share each ``write`` and ``fdatasync``.
 
     Callers enqueue bytes (``enqueue``) under their own ordering lock, then ask for them to be
-    written (``flush``) or made durable (``wait_durable``) without it. One thread at a time
-    writes everything queued so far; one thread at a time syncs, claiming what was written
-    before its ``fdatasync`` began, while others keep writing behind it. Nobody waits on a
-    timer, only on the write or sync in progress. Any write or sync error poisons the log:
-    every waiter and every later call gets the same :class:`DurabilityError`.
+    written (``flush``) or made durable (``wait_durable``) without it. One caller at a time
+    leads: it writes everything queued so far and, if anyone needs it, fsyncs it, then wakes
+    exactly the callers whose bytes that covered and hands the lead to the next one still
+    waiting. Bytes enqueued during a sync ride on the next one. Nobody waits on a timer, and
+    no wake-up is wasted on a caller whose bytes are not yet covered. Any write or sync
+    error poisons the log: every waiter and every later call gets the same
+    :class:`DurabilityError`.
     """
 
     def __init__(self, fd: int, end: int, *, max_buffer: int = 4 << 20) -> None:
         self._fd = fd
         self._mutex = threading.Lock()
-        self._cond = threading.Condition(self._mutex)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._queued_end = end
         self._written_end = end
         self._durable_end = end
-        self._writing = False
-        self._syncing = False
+        self._leading = False
+        self._waiters: list[_Waiter] = []
         self._error: DurabilityError | None = None
         self._closed = False
         self._max_buffer = max_buffer
@@ -128,7 +140,7 @@ class GroupCommitLog:
             self._pending.append(data)
             self._pending_bytes += len(data)
             self._queued_end += len(data)
-            flush_now = self._pending_bytes >= self._max_buffer and not self._writing
+            flush_now = self._pending_bytes >= self._max_buffer
         if flush_now:
             self._drain(sync=False, target=None)
         return start
@@ -147,71 +159,82 @@ class GroupCommitLog:
         if self._closed:
             raise StoreClosedError("the store is closed")
 
-    def _drain(self, *, sync: bool, target: int | None) -> None:
-        """Write (and, with ``sync``, fdatasync) everything queued before ``target``.
+    def _reached(self, goal: int, sync: bool) -> bool:
+        return (self._durable_end if sync else self._written_end) >= goal
 
-        Writing and syncing are separate turns: while one thread waits in ``fdatasync``,
-        others may write their bytes after it (a sync only ever claims what was written
-        before it started), and every caller whose bytes were written by then shares it.
-        """
-        with self._cond:
+    def _drain(self, *, sync: bool, target: int | None) -> None:
+        with self._mutex:
             goal = self._queued_end if target is None else target
+            me: _Waiter | None = None
             while True:
                 self._check()
-                if (self._durable_end if sync else self._written_end) >= goal:
+                if self._reached(goal, sync):
                     return
-                if self._written_end < goal:
-                    if self._writing:
-                        self._cond.wait()
-                        continue
-                    self._write_turn()
-                    continue
-                if self._syncing:
-                    self._cond.wait()
-                    continue
-                self._sync_turn()
+                if not self._leading:
+                    self._leading = True
+                    break
+                if me is None:
+                    me = _Waiter(goal, sync)
+                    self._waiters.append(me)
+                self._mutex.release()
+                try:
+                    me.event.wait()
+                finally:
+                    self._mutex.acquire()
+                if me.lead:
+                    break  # the previous leader handed over (and removed us from the list)
+                me.event.clear()
+            self._lead(goal, sync)
 
-    def _write_turn(self) -> None:
-        """Write everything queued (holding the mutex on entry and exit, not meanwhile)."""
-        self._writing = True
-        batch = b"".join(self._pending)
-        self._pending.clear()
-        self._pending_bytes = 0
-        batch_end = self._queued_end
-        self._mutex.release()
-        error: DurabilityError | None = None
+    def _lead(self, goal: int, sync: bool) -> None:
+        """Write and sync until ``goal`` is reached, then hand the lead on (mutex held)."""
         try:
-            self._write_all(batch)
+            while not self._reached(goal, sync):
+                if self._written_end < self._queued_end:
+                    batch = b"".join(self._pending)
+                    self._pending.clear()
+                    self._pending_bytes = 0
+                    end = self._queued_end
+                    self._unlocked(self._write_all, batch, "write")
+                    self._written_end = end
+                needed = sync or any(waiter.sync for waiter in self._waiters)
+                if needed and self._durable_end < self._written_end:
+                    covered = self._written_end
+                    self._unlocked(os.fdatasync, self._fd, "fdatasync")
+                    self._durable_end = covered
+                    self.syncs += 1
+                self._wake_covered()
+        finally:
+            self._leading = False
+            if self._error is not None:
+                for waiter in self._waiters:
+                    waiter.event.set()
+                self._waiters.clear()
+            elif self._waiters:
+                successor = self._waiters.pop(0)
+                successor.lead = True
+                self._leading = True
+                successor.event.set()
+
+    def _unlocked(self, call: Callable[[Any], Any], argument: Any, what: str) -> None:
+        self._mutex.release()
+        try:
+            call(argument)
         except OSError as exc:
-            error = _durability_error(exc, "write")
+            self._error = _durability_error(exc, what)
         finally:
             self._mutex.acquire()
-            self._writing = False
-        self._settle(error)
-        self._written_end = batch_end
+        if self._error is not None:
+            raise self._error
 
-    def _sync_turn(self) -> None:
-        """fdatasync what was written before now (mutex held on entry and exit)."""
-        self._syncing = True
-        covered = self._written_end
-        self._mutex.release()
-        error: DurabilityError | None = None
-        try:
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            error = _durability_error(exc, "fdatasync")
-        finally:
-            self._mutex.acquire()
-            self._syncing = False
-        self._settle(error)
-        self._durable_end = max(self._durable_end, covered)
-        self.syncs += 1
-
-    def _settle(self, error: DurabilityError | None) -> None:
-        self._cond.notify_all()
-        if error is not None:
-            self._error = error
-            raise error
+    def _wake_covered(self) -> None:
+        remaining = []
+        for waiter in self._waiters:
+            if self._reached(waiter.goal, waiter.sync):
+                waiter.event.set()
+            else:
+                remaining.append(waiter)
+        self._waiters = remaining
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

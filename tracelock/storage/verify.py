@@ -150,11 +150,14 @@ def verify_store(
                                 target = meta.get("payload")
                                 if isinstance(target, str):
                                     redactions.add(target)
-                        if ok and payload is not None and payload not in recent:
-                            state = store.payload_state_before(payload.decode(), offset)
-                            ok = state != "missing"
+                        if ok and payload is not None:
+                            known = recent.pop(payload, None)
+                            if known is None:
+                                state = store.payload_state_before(payload.decode(), offset)
+                                ok = state != "missing"
+                                known = state == "redacted"
                             if ok:
-                                _remember(recent, payload, state == "redacted")
+                                _remember(recent, payload, known)  # most recently used last
                         if ok:
                             digest = sha256(line).hexdigest().encode()
                             if kind == TERMINAL_KIND_BYTES:
