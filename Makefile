@@ -67,4 +67,4 @@ lock: $(BIN)/python
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^#' ) > constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
