@@ -155,3 +155,9 @@ def test_the_violation_is_recorded_in_the_journal(runtime: Runtime) -> None:
 def test_not_strict_leaves_agent_code_alone(tmp_path: Path) -> None:
     with Runtime(tmp_path / "store", POLICY, toolkits=(kit,), strict=False) as runtime:
         assert runtime.run(lambda ctx, _: time.time() > 0, None).ok
+
+
+def test_strict_mode_says_what_it_cannot_guard(runtime: Runtime) -> None:
+    unguarded = strict.unguarded_targets()
+    assert "datetime.datetime.now" in unguarded
+    assert "built-in" in unguarded["datetime.datetime.now"]

@@ -280,11 +280,6 @@ class ChainChecker:
         checker._heads = dict(heads)
         return checker
 
-    @property
-    def open_runs(self) -> dict[str, tuple[int, str]]:
-        """Runs whose chain is open: run id -> (index of last entry, hash of last entry)."""
-        return dict(self._heads)
-
     def check(self, entry: Entry) -> ChainIssue | None:
         """Advance over ``entry``; return the first rule it breaks, or None."""
         expected_seq = self.next_seq

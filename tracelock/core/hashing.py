@@ -7,14 +7,9 @@ from typing import Any
 
 from tracelock.core.canonical import dumps
 
-__all__ = ["sha256_hex", "sha256_bytes", "canonical_hash", "is_hex_digest"]
+__all__ = ["sha256_hex", "canonical_hash", "is_hex_digest"]
 
 _HEX = frozenset("0123456789abcdef")
-
-
-def sha256_bytes(data: bytes) -> bytes:
-    """The raw 32-byte SHA-256 digest of ``data``."""
-    return hashlib.sha256(data).digest()
 
 
 def sha256_hex(data: bytes) -> str:

@@ -637,6 +637,10 @@ class DirectoryStore:
             return  # nothing appended since the last read: the index is current
         self._flush_index()
 
+    def flush(self) -> None:
+        """Hand everything appended so far to the file and the index (no fsync)."""
+        self._prepare_read()
+
     def size(self) -> int:
         self._prepare_read()
         with self._index_lock:

@@ -9,7 +9,7 @@ rebuilds it from scratch when it does not match the journal.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,11 +286,3 @@ class Index:
     def payload_hashes(self) -> Iterator[bytes]:
         for (digest,) in self._db.execute("SELECT hash FROM payloads"):
             yield bytes(digest)
-
-    def payload_locations(self, digests: Iterable[bytes]) -> dict[bytes, tuple[int, int]]:
-        found: dict[bytes, tuple[int, int]] = {}
-        for digest in digests:
-            location = self.payload_location(digest)
-            if location is not None:
-                found[digest] = location
-        return found

@@ -17,8 +17,8 @@ import errno
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreFullError
 

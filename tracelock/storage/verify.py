@@ -110,7 +110,7 @@ def verify_store(
     checker (``_check_record``), which states exactly what is wrong.
     """
     report = VerifyReport(scope="store")
-    store.iter_records(0)  # flush what this handle has appended, so the file is complete
+    store.flush()  # what this handle appended is in the file before it is read
     heads: dict[bytes, tuple[int, bytes]] = {}
     recent: dict[bytes, bool] = {}  # payload hash (hex bytes) -> redacted?
     erased: set[bytes] = set()
