@@ -57,6 +57,10 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)*")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _KEYS = frozenset({"i", "kind", "payload", "prev", "run", "seq", "ts", "v"})
+# Strings already known to pass the patterns above (a bounded memo: validation is pure, the
+# memo only saves repeating it for every entry of the same run).
+_VALID_RUNS: set[str] = set()
+_VALID_KINDS: set[str] = set()
 _KEYS_META = _KEYS | {"meta"}
 
 
@@ -124,10 +128,17 @@ def encode_entry(
     the template's output is exactly ``canonical.dumps`` of the entry object (a test checks
     this against the general encoder).
     """
-    if not _RUN_ID.fullmatch(run):
-        raise EntryFormatError(f"invalid run id {run!r}")
-    if not _KIND.fullmatch(kind):
-        raise EntryFormatError(f"invalid entry kind {kind!r}")
+    if run not in _VALID_RUNS:
+        if not _RUN_ID.fullmatch(run):
+            raise EntryFormatError(f"invalid run id {run!r}")
+        if len(_VALID_RUNS) >= 4096:
+            _VALID_RUNS.clear()
+        _VALID_RUNS.add(run)
+    if kind not in _VALID_KINDS:
+        if not _KIND.fullmatch(kind):
+            raise EntryFormatError(f"invalid entry kind {kind!r}")
+        if len(_VALID_KINDS) < 256:
+            _VALID_KINDS.add(kind)
     for name, value in (("payload", payload), ("prev", prev)):
         if value is not None and not _HEX64.fullmatch(value):
             raise EntryFormatError(f"{name} must be a hex SHA-256 digest, got {value!r}")
