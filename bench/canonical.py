@@ -9,9 +9,7 @@ medians over rounds of the ratio measured within each round.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import statistics
 import sys
 import time
@@ -21,6 +19,7 @@ from typing import Any
 import orjson
 import rfc8785
 
+from bench.cli import bench_main
 from tracelock.core import canonical
 
 
@@ -169,14 +168,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.canonical", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
-    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
-    args = parser.parse_args(argv)
-    figures = run(args.quick)
-    if args.json:
-        print(json.dumps(figures, indent=2, sort_keys=True))
-    return 0
+    return bench_main(run, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,13 @@ and verifying that bundle offline (every check of docs/spec.md 8.3).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.cli import bench_main
 from tracelock.core.merkle import leaf_hash, verify_inclusion
 from tracelock.evidence.bundle import collect_bundle, read_bundle_files, write_bundle
 from tracelock.evidence.history import CheckpointHistory, SigningKey
@@ -124,14 +123,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Evidence benchmark")
-    parser.add_argument("--quick", action="store_true", help="100 runs instead of 1,000")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    args = parser.parse_args(argv)
-    figures = run(args.quick)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-    return 0
+    return bench_main(run, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

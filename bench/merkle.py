@@ -11,8 +11,6 @@ stand-in) and verification; and per checkpoint: signing and verifying (Ed25519 s
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.cli import bench_main
 from tracelock.core.merkle import leaf_hash, verify_consistency, verify_inclusion
 from tracelock.evidence.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from tracelock.evidence.keys import PrivateKey
@@ -92,7 +91,7 @@ def run(quick: bool) -> dict[str, Any]:
     verifiers = [signer.verifier()]
     open_us = _per_call_us(lambda: open_checkpoint(signed, verifiers), repeat)
 
-    return {
+    figures = {
         "leaves": n,
         "build_seconds": round(build_s, 3),
         "stored_bytes": stored_bytes,
@@ -107,17 +106,11 @@ def run(quick: bool) -> dict[str, Any]:
         "checkpoint_open_us": round(open_us, 1),
         "repeat": repeat,
     }
+    _print(figures)
+    return figures
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Merkle tree and checkpoint benchmark")
-    parser.add_argument("--quick", action="store_true", help="50,000 leaves instead of 1,000,000")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    args = parser.parse_args(argv)
-    figures = run(args.quick)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return 0
+def _print(figures: dict[str, Any]) -> None:
     n = figures["leaves"]
     print(f"merkle: {n} leaves, built in {figures['build_seconds']} s, "
           f"{figures['stored_bytes']} bytes of node files ({figures['stored_bytes_per_leaf']} B/leaf)")
@@ -129,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  consistency proof verify  {figures['consistency_verify_us']:>9.1f} us/proof")
     print(f"  checkpoint sign           {figures['checkpoint_sign_us']:>9.1f} us")
     print(f"  checkpoint open (verify)  {figures['checkpoint_open_us']:>9.1f} us")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return bench_main(run, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

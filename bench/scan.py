@@ -10,16 +10,15 @@ Run with ``python -m bench.scan [--quick] [--json]``.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import importlib.util
-import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.cli import bench_main
 from tracelock.analysis import ScanConfig, ScanReport, scan_paths
 
 FULL = ("mypy", "hypothesis", "_pytest", "click")
@@ -105,14 +104,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scan", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small package, one round")
-    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
-    args = parser.parse_args(argv)
-    figures = run(args.quick)
-    if args.json:
-        print(json.dumps(figures, indent=2, sort_keys=True))
-    return 0
+    return bench_main(run, __doc__ or "", argv)
 
 
 if __name__ == "__main__":
