@@ -71,6 +71,7 @@ STORE_VERSION = 1
 
 _INDEX_BATCH = 512
 _PAYLOAD_CACHE = 65536
+_TREE_BACKLOG = 1 << 16
 
 
 def wall_clock_ms() -> int:
@@ -124,6 +125,7 @@ class DirectoryStore:
         self._payloads: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._pending = _PendingIndex()
         self._filter: PayloadFilter | None = None  # built on the first payload look-up
+        self._tree_pending: list[bytes] = []  # leaf hashes indexed but not yet in the tree
         self._tail_fragment: tuple[int, int] | None = None
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
@@ -367,6 +369,12 @@ class DirectoryStore:
                     break
         return hashes
 
+    def _catch_up_tree(self) -> None:
+        """Append the leaves waiting for the tree (holding the index lock)."""
+        if self._tree is not None and self._tree_pending:
+            self._tree.append(self._tree_pending)
+            self._tree_pending = []
+
     def _merkle(self) -> MerkleTreeFile:
         self._prepare_read()
         if self._tree is None:
@@ -374,6 +382,7 @@ class DirectoryStore:
                 f"Merkle proofs need the store's lock, and another process is writing to "
                 f"{self._path}; try again when it is done"
             )
+        self._catch_up_tree()
         return self._tree
 
     def tree_size(self) -> int:
@@ -589,7 +598,11 @@ class DirectoryStore:
         with self._index_lock:
             self._index.add(entries, payloads, journal_end=journal_end)
             if self._tree is not None and entries:
-                self._tree.append([entry.leaf for entry in entries])
+                # The tree is a cache: leaves wait here until a Merkle query (or close) needs
+                # them, so building it costs nothing on the path of an append.
+                self._tree_pending.extend(entry.leaf for entry in entries)
+                if len(self._tree_pending) >= _TREE_BACKLOG:
+                    self._catch_up_tree()
         for entry in entries:
             if entry.closes:
                 self._closed_here.discard(entry.run)
@@ -774,6 +787,8 @@ class DirectoryStore:
                     with self._lock:
                         self._flush_pending_locked()
             if self._tree is not None:
+                with self._index_lock:
+                    self._catch_up_tree()
                 self._tree.flush()
         finally:
             self._closed = True
