@@ -9,6 +9,12 @@ The file holds two kinds of newline-terminated records:
 
 Canonical JSON never contains a raw newline, so records split unambiguously on ``\\n``.
 Payloads live in the same file as entries so that one ``fdatasync`` makes both durable.
+
+The writer keeps free space at the end of the file, filled with NUL bytes and made durable
+ahead of time (see ``GroupCommitLog``): overwriting blocks that already exist lets an
+``fdatasync`` skip the file-system metadata commit that growing the file would need. No record
+contains a NUL byte (canonical JSON escapes it), so the journal's data ends where the file's
+all-NUL suffix begins: :func:`data_end`.
 """
 
 from __future__ import annotations
@@ -22,13 +28,28 @@ from typing import Any
 
 from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreFullError
 
-__all__ = ["ENTRY", "PAYLOAD", "REDACTED", "GroupCommitLog", "Record", "scan_records"]
+__all__ = ["ENTRY", "PAYLOAD", "REDACTED", "GroupCommitLog", "Record", "data_end", "scan_records"]
 
 ENTRY = "entry"
 PAYLOAD = "payload"
 REDACTED = "redacted"
 
 _READ_CHUNK = 1 << 20
+_NUL = b"\0"
+
+
+def data_end(fd: int, size: int | None = None) -> int:
+    """Where the journal's data ends: the file's size less its all-NUL suffix (free space)."""
+    end = os.fstat(fd).st_size if size is None else size
+    while end > 0:
+        chunk = os.pread(fd, min(_READ_CHUNK, end), end - min(_READ_CHUNK, end))
+        if not chunk:
+            break
+        kept = len(chunk.rstrip(_NUL))
+        end -= len(chunk) - kept
+        if kept:
+            break
+    return end
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +78,14 @@ def classify(line: bytes) -> str | None:
 
 
 def scan_records(fd: int, start: int, end: int | None = None) -> Iterator[Record | tuple[int, bytes]]:
-    """Yield the records between byte offsets ``start`` and ``end`` (default: end of file).
+    """Yield the records between byte offsets ``start`` and ``end`` (default: :func:`data_end`).
 
     A trailing fragment with no newline is yielded last as ``(offset, bytes)``: it is not a
     record (a torn write, or an append in progress by another process).
     """
     offset = start
     pending = b""
-    limit = end if end is not None else os.fstat(fd).st_size
+    limit = end if end is not None else data_end(fd)
     position = start
     while position < limit:
         chunk = os.pread(fd, min(_READ_CHUNK, limit - position), position)
