@@ -463,6 +463,40 @@ def test_authorize_is_deterministic(document: dict[str, Any], data: Any) -> None
     assert policy.authorize(copy, Usage(**vars(usage))) == first
 
 
+@settings(max_examples=500, deadline=None)
+@given(valid_documents, st.data())
+def test_static_decision_is_authorize(document: dict[str, Any], data: Any) -> None:
+    """A memoized decision is the decision authorize makes whatever the arguments and usage."""
+    policy = Policy.from_mapping(document)
+    request = data.draw(requests(document))
+    fields = (request.kind, request.name, request.side_effect, request.model, request.max_tokens)
+    static = policy.static_decision(*fields)
+    decision = policy.authorize(request, data.draw(usages))
+    budgeted = any(limit is not None for limit in policy.document["budgets"].values())
+    tool = next((t for t in policy.document["tools"] if t["name"] == request.name), None)
+    reads_args = (
+        request.kind == "tool"
+        and tool is not None
+        and tool["allow"]
+        and bool(tool["args"] or tool["strict_args"])
+    )
+    if budgeted or reads_args:
+        assert static is None
+        return
+    assert static == decision
+    assert policy.static_decision(*fields) is static  # memoized
+    assert policy.static_decision(request.kind, request.name, True) is None  # type: ignore[arg-type]
+
+
+def test_static_decision_keeps_exact_types_apart() -> None:
+    policy = Policy.from_mapping({"version": 1, "llm": {"allow": True, "models": ["m"], "max_tokens": 1}})
+    allowed = policy.static_decision("llm", "llm", model="m", max_tokens=1)
+    assert allowed is not None and allowed.allowed
+    assert policy.static_decision("llm", "llm", model="m", max_tokens=True) is None
+    assert policy.static_decision("llm", "llm", model="m", max_tokens=1.0) is None  # type: ignore[arg-type]
+    assert policy.static_decision("proposal", "p") is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(valid_documents, st.data())
 def test_deny_by_default(document: dict[str, Any], data: Any) -> None:

@@ -606,37 +606,46 @@ class RunContext:
                 raise StepFailure(LLM_REQUEST_INVALID, "give exactly one of messages= or prompt=")
 
     def _authorize(self, step: int, request: _Request, doc: dict[str, Any]) -> None:
-        if request.kind not in ("tool", "fs", "llm"):
+        kind = request.kind
+        if kind not in ("tool", "fs", "llm"):
             return
         policy = self.policy
         counters = self._counters
-        elapsed = 0
-        if policy.budget("wall_time_ms") is not None:
-            elapsed = max(0, self._runtime._clock_ms() - self._start_ms)
-            doc["elapsed_ms"] = elapsed
-        usage = Usage(
-            llm_calls=counters.llm_calls,
-            tokens=counters.tokens,
-            cost_micro_usd=counters.cost_micro_usd,
-            effects=counters.effects,
-            elapsed_ms=elapsed,
-        )
-        if request.kind == "llm":
-            auth = AuthorizationRequest(
-                kind="llm",
-                name="llm",
-                args={},
-                model=request.args["model"],
-                max_tokens=request.args["max_tokens"],
+        if kind == "llm":
+            decision = policy.static_decision(
+                "llm", "llm", model=request.args["model"], max_tokens=request.args["max_tokens"]
             )
         else:
-            auth = AuthorizationRequest(
-                kind="fs" if request.kind == "fs" else "tool",
-                name=request.name,
-                args=request.args,
-                side_effect=request.side_effect,  # type: ignore[arg-type]
+            decision = policy.static_decision(kind, request.name, request.side_effect)
+        if decision is None:
+            # The arguments or the usage may matter (budgets, argument constraints).
+            elapsed = 0
+            if policy.budget("wall_time_ms") is not None:
+                elapsed = max(0, self._runtime._clock_ms() - self._start_ms)
+                doc["elapsed_ms"] = elapsed
+            usage = Usage(
+                llm_calls=counters.llm_calls,
+                tokens=counters.tokens,
+                cost_micro_usd=counters.cost_micro_usd,
+                effects=counters.effects,
+                elapsed_ms=elapsed,
             )
-        decision = policy.authorize(auth, usage)
+            if kind == "llm":
+                auth = AuthorizationRequest(
+                    kind="llm",
+                    name="llm",
+                    args={},
+                    model=request.args["model"],
+                    max_tokens=request.args["max_tokens"],
+                )
+            else:
+                auth = AuthorizationRequest(
+                    kind="fs" if kind == "fs" else "tool",
+                    name=request.name,
+                    args=request.args,
+                    side_effect=request.side_effect,  # type: ignore[arg-type]
+                )
+            decision = policy.authorize(auth, usage)
         if not decision.allowed:
             raise decision.failure()
         if decision.requires_approval:

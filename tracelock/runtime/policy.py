@@ -78,6 +78,8 @@ _TYPES: Final = ("string", "integer", "number", "boolean", "array", "object", "n
 _SIDE_EFFECTS: Final = ("read_only", "idempotent", "irreversible")
 _KINDS: Final = ("tool", "llm", "fs")
 _MAX_NESTING: Final = 64
+#: Most decisions Policy.static_decision keeps (it starts over past this).
+_STATIC_DECISIONS: Final = 1024
 _EXTENSION = re.compile(r"\.[^./\\\x00]+")
 
 RequestKind = Literal["tool", "llm", "fs"]
@@ -806,6 +808,9 @@ class Policy:
                 if "pattern" in constraint:
                     text = constraint["pattern"]
                     self._patterns[text] = re.compile(text)
+        # Without budgets, the usage never changes a decision (see static_decision).
+        self._unbudgeted = all(limit is None for limit in self._doc["budgets"].values())
+        self._static: dict[tuple[str, str, str, str | None, int | None], Decision] = {}
 
     # -- loading --
 
@@ -932,6 +937,54 @@ class Policy:
                 {},
             )
         return Decision(True, False, None, f"{request.kind} {request.name!r} is allowed", {})
+
+    def static_decision(
+        self,
+        kind: str,
+        name: str,
+        side_effect: str = "read_only",
+        model: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Decision | None:
+        """The decision :meth:`authorize` makes for any request with these fields, when this
+        policy decides it without reading the arguments or the usage; None when either
+        could matter (then build the request and call :meth:`authorize`).
+
+        The usage is never read when no budget is set; the arguments are read only for a
+        listed, allowed tool with argument constraints or ``strict_args``. Such decisions
+        are computed once by :meth:`authorize` itself and memoized, which spares the
+        runtime a request (whose arguments would be canonicalized again) per step.
+        """
+        if not self._unbudgeted or kind not in _KINDS:
+            return None
+        # Exact types only: True == 1 as a dict key, but not as a request field.
+        if type(name) is not str or type(side_effect) is not str:
+            return None
+        if (model is not None and type(model) is not str) or (
+            max_tokens is not None and type(max_tokens) is not int
+        ):
+            return None
+        key = (kind, name, side_effect, model, max_tokens)
+        decision = self._static.get(key)
+        if decision is not None:
+            return decision
+        if kind == "tool":
+            tool = self._tools.get(name)
+            if tool is not None and tool["allow"] and (tool["args"] or tool["strict_args"]):
+                return None
+        request = AuthorizationRequest(
+            kind,  # type: ignore[arg-type]
+            name,
+            {},
+            side_effect,  # type: ignore[arg-type]
+            model,
+            max_tokens,
+        )
+        decision = self.authorize(request, Usage())
+        if len(self._static) >= _STATIC_DECISIONS:
+            self._static.clear()  # the keys come from agent code: keep the memo bounded
+        self._static[key] = decision
+        return decision
 
     def _tool(self, request: AuthorizationRequest) -> tuple[Decision | None, bool, str]:
         tool = self._tools.get(request.name)
