@@ -207,15 +207,15 @@ def test_fsync_failure_is_fatal_and_never_retried(
 
 
 def test_full_disk_is_reported_as_such(store: DirectoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_write = os.write
+    real_write = os.pwrite
 
-    def full(fd: int, data: bytes) -> int:
+    def full(fd: int, data: bytes, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "pwrite", full)
     with pytest.raises(StoreFullError):
         store.append("r", "run.start", payload={"a": 1})
-    monkeypatch.setattr(os, "write", real_write)
+    monkeypatch.setattr(os, "pwrite", real_write)
     with pytest.raises(StoreFullError):
         store.append("r", "run.start")
 

@@ -9,6 +9,8 @@ so that the same run produces the same entries, hashes and fingerprint on any ba
   the entries *and* their payloads survive a crash of the process or the machine; with
   ``durable=False`` they may return earlier, and the entries become durable no later than
   the next durable append or ``sync``. Entries are made durable in ``seq`` order.
+* ``append_async``/``append_many_async`` are the durable appends for coroutines: the
+  event loop keeps running other tasks while one waits, and concurrent waiters share syncs.
 * A durability failure is fatal for the handle (``DurabilityError``): never retried.
 * Reads see every entry appended through the same handle, durable or not.
 """
@@ -122,6 +124,18 @@ class Store(Protocol):
     ) -> Entry: ...
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]: ...
+
+    async def append_async(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        new_run: bool = False,
+    ) -> Entry: ...
+
+    async def append_many_async(self, items: Sequence[NewEntry]) -> list[Entry]: ...
 
     def sync(self) -> None: ...
 

@@ -13,6 +13,7 @@ One process writes at a time (``flock`` on ``lock``); any number may read.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import hashlib
 import json
@@ -34,7 +35,7 @@ from tracelock.core.entry import (
     ChainChecker,
     Entry,
     EntryFormatError,
-    encode_entry,
+    build_entry,
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
@@ -52,13 +53,14 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 from tracelock.storage.files import fsync_dir, write_durably
-from tracelock.storage.index import Index, IndexedEntry, IndexedPayload
+from tracelock.storage.index import Index, IndexedPayload
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
     REDACTED,
     GroupCommitLog,
     Record,
+    data_end,
     scan_records,
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
@@ -69,9 +71,13 @@ __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 STORE_FORMAT = "tracelock-store"
 STORE_VERSION = 1
 
-_INDEX_BATCH = 512
+_INDEX_BATCH = 2048
 _PAYLOAD_CACHE = 65536
 _TREE_BACKLOG = 1 << 16
+_NUL = b"\0"
+#: How far back from the data's end a hole of NUL bytes still counts as a torn write: twice
+#: the most the writer hands the kernel between syncs in one batch.
+_TORN_WINDOW = 8 << 20
 
 
 def wall_clock_ms() -> int:
@@ -87,12 +93,13 @@ def _random_store_id() -> str:
 
 
 class _PendingIndex:
-    """Index rows for records already queued to the journal, waiting to reach SQLite."""
+    """Records already queued to the journal whose index rows have not reached SQLite yet:
+    (end offset, (entry, offset)) and (end offset, payload row)."""
 
     __slots__ = ("entries", "payloads")
 
     def __init__(self) -> None:
-        self.entries: list[tuple[int, IndexedEntry]] = []
+        self.entries: list[tuple[int, tuple[Entry, int]]] = []
         self.payloads: list[tuple[int, IndexedPayload]] = []
 
 
@@ -143,7 +150,7 @@ class DirectoryStore:
             # reader builds a private in-memory index instead and repairs nothing.
             self._owns_lock = self._acquire_lock(wait_fail=not read_only)
             if self._owns_lock:
-                self._wfd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                self._wfd = os.open(journal, os.O_WRONLY | os.O_CLOEXEC)  # writes at offsets: see GroupCommitLog
             self._rfd = os.open(journal, os.O_RDONLY | os.O_CLOEXEC)
             self._index = self._open_index()
             end = self._catch_up()
@@ -238,12 +245,12 @@ class DirectoryStore:
 
         Returns the offset at which new records will be appended.
         """
-        size = os.fstat(self._rfd).st_size
+        size = data_end(self._rfd)
         if not self._index_matches_journal(size):
             self._index.reset()
         start = self._index.journal_end
         checker = ChainChecker(self._index.entry_count, lookup=self._index.head)
-        entries: list[IndexedEntry] = []
+        entries: list[tuple[Entry, int]] = []
         payloads: list[IndexedPayload] = []
         known: set[bytes] = set()
         end = start
@@ -267,13 +274,22 @@ class DirectoryStore:
                 offset, fragment = item
                 self._handle_bad_tail(offset, fragment, "torn tail: last record has no newline")
                 break
+            if _NUL in item.data and size - item.offset <= _TORN_WINDOW:
+                # No record holds a NUL byte, but free space does: blocks of an interrupted
+                # write that never reached the disk read back as NULs. Every byte after
+                # such a hole was written after the last completed sync, so none of it was
+                # acknowledged. Further back than one write batch, it is damage.
+                tail = os.pread(self._rfd, size - item.offset, item.offset)
+                self._handle_bad_tail(item.offset, tail, "torn tail: an interrupted write left NUL bytes")
+                bad = None
+                break
             problem = self._check_record(item, checker, known)
             if problem is not None:
                 bad = (item, problem)
                 continue
             end = item.end
             if item.kind == ENTRY:
-                entries.append(_indexed_entry(parse_entry(item.data), item))
+                entries.append((parse_entry(item.data), item.offset))
             elif item.kind == PAYLOAD:
                 payloads.append(IndexedPayload(bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data)))
             if len(entries) + len(payloads) >= 50_000:
@@ -446,6 +462,41 @@ class DirectoryStore:
         return self.append_many([NewEntry(run, kind, payload, meta, new_run)], durable=durable)[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
+        out, end, backlog = self._enqueue(items)
+        log = self._writer()
+        if durable:
+            log.wait_durable(end)
+        else:
+            # Written at once (not fsynced): a process crash loses nothing appended; only a
+            # machine crash can lose what the next durability point had not covered yet.
+            log.flush()
+        if backlog:
+            self._flush_index()
+        return out
+
+    async def append_async(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        new_run: bool = False,
+    ) -> Entry:
+        """:meth:`append` (durable) for a coroutine: concurrent tasks of one event loop
+        share each ``fdatasync`` (see ``GroupCommitLog.wait_durable_async``)."""
+        return (await self.append_many_async([NewEntry(run, kind, payload, meta, new_run)]))[0]
+
+    async def append_many_async(self, items: Sequence[NewEntry]) -> list[Entry]:
+        out, end, backlog = self._enqueue(items)
+        await self._writer().wait_durable_async(end)
+        if backlog:
+            self._flush_index()
+        return out
+
+    def _enqueue(self, items: Sequence[NewEntry]) -> tuple[list[Entry], int, bool]:
+        """Build the entries and queue their bytes; return them, the queue's end, and
+        whether enough index rows are pending to be worth a flush."""
         log = self._writer()
         prepared: list[tuple[NewEntry, bytes | None, bytes | None]] = []
         for item in items:
@@ -466,20 +517,18 @@ class DirectoryStore:
                 if digest is not None and data is not None:
                     payload_hex = digest.hex()
                     if self._payload_location(digest) is None:
-                        record = b"=" + payload_hex.encode() + b" " + data + b"\n"
-                        self._remember_payload(digest, offset, len(record) - 1)
-                        self._pending.payloads.append(
-                            (offset + len(record), IndexedPayload(digest, offset, len(record) - 1))
-                        )
-                        chunks.append(record)
-                        offset += len(record)
+                        length = len(data) + 66
+                        self._remember_payload(digest, offset, length)
+                        self._pending.payloads.append((offset + length + 1, IndexedPayload(digest, offset, length)))
+                        chunks += (b"=", payload_hex.encode(), b" ", data, b"\n")
+                        offset += length + 1
                 if item.new_run:
                     if item.run in self._heads or item.run in self._closed_here:
                         raise StoreError(f"run {item.run!r} already exists", details={"run": item.run})
                     head = None
                 else:
                     head = self._head(item.run)
-                entry = encode_entry(
+                entry = build_entry(
                     seq=self._next_seq,
                     run=item.run,
                     i=0 if head is None else head[0] + 1,
@@ -489,12 +538,11 @@ class DirectoryStore:
                     ts=ts,
                     meta=item.meta,
                 )
-                line = entry.line + b"\n"
-                chunks.append(line)
-                self._pending.entries.append(
-                    (offset + len(line), _indexed_entry(entry, Record(offset, ENTRY, entry.line)))
-                )
-                offset += len(line)
+                chunks += (entry.line, b"\n")
+                # The index row is built when it is flushed (rows cost nothing until then).
+                end = offset + len(entry.line) + 1
+                self._pending.entries.append((end, (entry, offset)))
+                offset = end
                 self._next_seq += 1
                 if entry.kind in TERMINAL_KINDS:
                     self._heads.pop(entry.run, None)
@@ -506,15 +554,7 @@ class DirectoryStore:
             assert start == base, "journal offsets diverged from the queue"
             end = log.queued_end
             backlog = len(self._pending.entries) >= _INDEX_BATCH
-        if durable:
-            log.wait_durable(end)
-        else:
-            # Written at once (not fsynced): a process crash loses nothing appended; only a
-            # machine crash can lose what the next durability point had not covered yet.
-            log.flush()
-        if backlog:
-            self._flush_index()
-        return out
+        return out, end, backlog
 
     def _writer(self) -> GroupCommitLog:
         if self._read_only or self._log is None:
@@ -585,26 +625,29 @@ class DirectoryStore:
         """Move pending index rows whose bytes were written to SQLite. Holds ``_lock``."""
         log = self._log
         written = log.written_end if log is not None else 0
-        entries = [item for end, item in self._pending.entries if end <= written]
-        payloads = [item for end, item in self._pending.payloads if end <= written]
-        if not entries and not payloads:
+        pending = self._pending
+        # Both lists are in journal order: split each at the first record not yet written.
+        cut_entries = bisect.bisect_right(pending.entries, written, key=_end_of)
+        cut_payloads = bisect.bisect_right(pending.payloads, written, key=_end_of)
+        if not cut_entries and not cut_payloads:
             return
+        entries = [item for _, item in pending.entries[:cut_entries]]
+        payloads = [item for _, item in pending.payloads[:cut_payloads]]
         journal_end = max(
-            [end for end, _ in self._pending.entries if end <= written]
-            + [end for end, _ in self._pending.payloads if end <= written]
+            pending.entries[cut_entries - 1][0] if cut_entries else 0,
+            pending.payloads[cut_payloads - 1][0] if cut_payloads else 0,
         )
-        self._pending.entries = [(e, i) for e, i in self._pending.entries if e > written]
-        self._pending.payloads = [(e, i) for e, i in self._pending.payloads if e > written]
+        del pending.entries[:cut_entries], pending.payloads[:cut_payloads]
         with self._index_lock:
             self._index.add(entries, payloads, journal_end=journal_end)
             if self._tree is not None and entries:
                 # The tree is a cache: leaves wait here until a Merkle query (or close) needs
                 # them, so building it costs nothing on the path of an append.
-                self._tree_pending.extend(entry.leaf for entry in entries)
+                self._tree_pending.extend(leaf_hash(entry.line) for entry, _ in entries)
                 if len(self._tree_pending) >= _TREE_BACKLOG:
                     self._catch_up_tree()
-        for entry in entries:
-            if entry.closes:
+        for entry, _ in entries:
+            if entry.kind in TERMINAL_KINDS:
                 self._closed_here.discard(entry.run)
 
     def _flush_index(self) -> None:
@@ -817,26 +860,8 @@ class DirectoryStore:
         self.close()
 
 
-def _indexed_entry(entry: Entry, record: Record) -> IndexedEntry:
-    meta = entry.meta or {}
-    status = meta.get("status")
-    agent = meta.get("agent") if entry.i == 0 else None
-    parent = meta.get("parent") if entry.i == 0 else None
-    return IndexedEntry(
-        seq=entry.seq,
-        run=entry.run,
-        i=entry.i,
-        kind=entry.kind,
-        ts=entry.ts,
-        hash=entry.hash,
-        offset=record.offset,
-        length=len(record.data),
-        agent=agent if isinstance(agent, str) else None,
-        parent=parent if isinstance(parent, str) else None,
-        status=status if isinstance(status, str) else None,
-        closes=entry.kind in TERMINAL_KINDS,
-        leaf=leaf_hash(entry.line),
-    )
+def _end_of(item: tuple[int, Any]) -> int:
+    return item[0]
 
 
 def _run_info(row: Any) -> RunInfo:

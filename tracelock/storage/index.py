@@ -12,9 +12,11 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Index", "IndexedEntry", "IndexedPayload", "RunRow"]
+from tracelock.core.entry import TERMINAL_KINDS, Entry
+
+__all__ = ["Index", "IndexedPayload", "RunRow"]
 
 _SCHEMA_VERSION = "1"
 
@@ -64,27 +66,7 @@ class RunRow:
     last_hash: str
 
 
-@dataclass(frozen=True, slots=True)
-class IndexedEntry:
-    """What the index learns from one entry line."""
-
-    seq: int
-    run: str
-    i: int
-    kind: str
-    ts: int
-    hash: str
-    offset: int
-    length: int
-    agent: str | None
-    parent: str | None
-    status: str | None
-    closes: bool
-    leaf: bytes = b""  # the entry's Merkle leaf hash (kept for the tree, not stored here)
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedPayload:
+class IndexedPayload(NamedTuple):
     hash: bytes
     offset: int
     length: int
@@ -142,61 +124,66 @@ class Index:
 
     def add(
         self,
-        entries: Sequence[IndexedEntry],
+        entries: Sequence[tuple[Entry, int]],
         payloads: Sequence[IndexedPayload],
         *,
         journal_end: int,
     ) -> None:
-        """Record a batch of journal records (in journal order) in one transaction."""
+        """Record a batch of journal records in one transaction: entries as (entry, offset),
+        in journal order, and payload records."""
         db = self._db
         db.execute("BEGIN")
         try:
             if payloads:
-                db.executemany(
-                    "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
-                    [(p.hash, p.offset, p.length) for p in payloads],
-                )
+                db.executemany("INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)", payloads)
             run_ids = self._upsert_runs(entries)
-            rows = [(entry.seq, run_ids[entry.run], entry.offset, entry.length) for entry in entries]
             db.executemany(
                 "INSERT OR REPLACE INTO entries (seq, run_id, offset, length) VALUES (?, ?, ?, ?)",
-                rows,
+                [(entry.seq, run_ids[entry.run], offset, len(entry.line)) for entry, offset in entries],
             )
             meta = {"journal_end": str(journal_end)}
             if entries:
-                meta["entries"] = str(entries[-1].seq + 1)
-                meta["last_hash"] = entries[-1].hash
+                last = entries[-1][0]
+                meta["entries"] = str(last.seq + 1)
+                meta["last_hash"] = last.hash
             self._set_meta(meta)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
 
-    def _upsert_runs(self, entries: Sequence[IndexedEntry]) -> dict[str, int]:
+    def _upsert_runs(self, entries: Sequence[tuple[Entry, int]]) -> dict[str, int]:
         """Fold a batch's entries into one row update per run (two statements per batch,
         not one per entry); returns each run's row id."""
-        batch: dict[str, list[IndexedEntry]] = {}
-        for entry in entries:
-            batch.setdefault(entry.run, []).append(entry)
-        known: dict[str, int] = {}
-        names = list(batch)
-        for start in range(0, len(names), 500):
-            chunk = names[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for row_id, run in self._db.execute(f"SELECT id, run FROM runs WHERE run IN ({marks})", chunk):
-                known[str(run)] = int(row_id)
+        # run -> [first entry, last entry, count, last status seen, first agent seen]
+        batch: dict[str, list[Any]] = {}
+        for entry, _ in entries:
+            fold = batch.get(entry.run)
+            if fold is None:
+                fold = batch[entry.run] = [entry, entry, 0, None, None]
+            fold[1] = entry
+            fold[2] += 1
+            meta = entry.meta
+            if meta:
+                status = meta.get("status")
+                if isinstance(status, str):
+                    fold[3] = status
+                if entry.i == 0 and fold[4] is None:
+                    agent = meta.get("agent")
+                    if isinstance(agent, str):
+                        fold[4] = agent
+        known = self._run_ids(list(batch))
         new_rows = []
         updates = []
-        for run, group in batch.items():
-            first, last = group[0], group[-1]
-            status = next((e.status for e in reversed(group) if e.status is not None), None)
-            agent = next((e.agent for e in group if e.agent is not None), None)
+        for run, (first, last, count, status, agent) in batch.items():
+            closes = int(last.kind in TERMINAL_KINDS)
             if run in known:
-                updates.append((status, agent, last.ts, last.seq, len(group), last.hash, int(last.closes), known[run]))
+                updates.append((status, agent, last.ts, last.seq, count, last.hash, closes, known[run]))
             else:
+                parent = first.meta.get("parent") if first.i == 0 and first.meta else None
                 new_rows.append(
-                    (run, agent, first.parent, status or "created", first.ts, last.ts, first.seq,
-                     last.seq, len(group), last.hash, int(last.closes))
+                    (run, agent, parent if isinstance(parent, str) else None, status or "created",
+                     first.ts, last.ts, first.seq, last.seq, count, last.hash, closes)
                 )
         if updates:
             self._db.executemany(
@@ -211,12 +198,16 @@ class Index:
                 "last_seq, entries, last_hash, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 new_rows,
             )
-            fresh = [row[0] for row in new_rows]
-            for start in range(0, len(fresh), 500):
-                chunk = fresh[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                for row_id, run in self._db.execute(f"SELECT id, run FROM runs WHERE run IN ({marks})", chunk):
-                    known[str(run)] = int(row_id)
+            known.update(self._run_ids([row[0] for row in new_rows]))
+        return known
+
+    def _run_ids(self, names: list[str]) -> dict[str, int]:
+        known: dict[str, int] = {}
+        for start in range(0, len(names), 500):
+            chunk = names[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row_id, run in self._db.execute(f"SELECT id, run FROM runs WHERE run IN ({marks})", chunk):
+                known[str(run)] = int(row_id)
         return known
 
     def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunRow]:

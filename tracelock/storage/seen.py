@@ -22,20 +22,21 @@ class PayloadFilter:
         self._mask = bits - 1
         self._bits = bytearray(bits // 8)
 
-    def _positions(self, digest: bytes) -> tuple[int, int, int]:
-        mask = self._mask
-        a, b, c = _THREE_WORDS.unpack_from(digest)
-        return a & mask, b & mask, c & mask
-
     def add(self, digest: bytes) -> None:
-        bits = self._bits
-        for position in self._positions(digest):
-            bits[position >> 3] |= 1 << (position & 7)
+        bits, mask = self._bits, self._mask
+        a, b, c = _THREE_WORDS.unpack_from(digest)
+        a, b, c = a & mask, b & mask, c & mask
+        bits[a >> 3] |= 1 << (a & 7)
+        bits[b >> 3] |= 1 << (b & 7)
+        bits[c >> 3] |= 1 << (c & 7)
 
     def update(self, digests: Iterable[bytes]) -> None:
         for digest in digests:
             self.add(digest)
 
     def may_contain(self, digest: bytes) -> bool:
-        bits = self._bits
-        return all(bits[position >> 3] & (1 << (position & 7)) for position in self._positions(digest))
+        # Written out (no loop, no generator): it runs for every new payload appended.
+        bits, mask = self._bits, self._mask
+        a, b, c = _THREE_WORDS.unpack_from(digest)
+        a, b, c = a & mask, b & mask, c & mask
+        return bool(bits[a >> 3] >> (a & 7) & bits[b >> 3] >> (b & 7) & bits[c >> 3] >> (c & 7) & 1)
