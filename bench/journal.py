@@ -1,8 +1,10 @@
-"""Journal figures: durable appends per second (1 writer, 8 concurrent writers sharing
-fsyncs), and verification throughput with its peak memory: ``python -m bench.journal``."""
+"""Journal figures: durable appends per second (1 writer; 8 concurrent writers sharing
+fsyncs, as threads and as tasks of one event loop), and verification throughput with its
+peak memory: ``python -m bench.journal``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -60,6 +62,33 @@ def _durable_appends(directory: Path, writers: int, per_writer: int) -> dict[str
     }
 
 
+def _durable_appends_async(directory: Path, writers: int, per_writer: int) -> dict[str, Any]:
+    """The same appends from ``writers`` coroutines on one event loop (``append_async``)."""
+    store = DirectoryStore(directory / f"appends-async-{writers}")
+
+    async def work(number: int) -> None:
+        for step in range(per_writer):
+            await store.append_async(f"w{number}-{step // 10}", "effect", payload={"writer": number, "step": step})
+
+    async def main() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(work(number) for number in range(writers)))
+        return time.perf_counter() - started
+
+    syncs_before = store.sync_count
+    elapsed = asyncio.run(main())
+    total = writers * per_writer
+    syncs = store.sync_count - syncs_before
+    store.close()
+    return {
+        "writers": writers,
+        "appends": total,
+        "appends_per_s": round(total / elapsed),
+        "fsyncs": syncs,
+        "appends_per_fsync": round(total / max(syncs, 1), 1),
+    }
+
+
 def _build_journal(path: Path, entries: int) -> None:
     """Runs of five entries; the LLM-like payload repeats, inputs and outputs do not."""
     store = DirectoryStore(path)
@@ -91,16 +120,17 @@ def run(quick: bool) -> dict[str, Any]:
         directory = Path(tmp)
         figures["one_writer"] = _durable_appends(directory, 1, 300 if quick else 2000)
         figures["eight_writers"] = _durable_appends(directory, 8, 300 if quick else 2500)
+        figures["eight_tasks"] = _durable_appends_async(directory, 8, 300 if quick else 2500)
         sizes = [20_000, 100_000] if quick else [100_000, 1_000_000]
         figures["verify"] = {}
         for size in sizes:
             journal = directory / f"verify-{size}"
             _build_journal(journal, size)
             figures["verify"][str(size)] = _verify(journal)
-    for key in ("one_writer", "eight_writers"):
+    for key, what in (("one_writer", "writer"), ("eight_writers", "threads"), ("eight_tasks", "async tasks")):
         f = figures[key]
         print(
-            f"durable appends, {f['writers']} writer(s): {f['appends_per_s']:>7}/s  "
+            f"durable appends, {f['writers']} {what}: {f['appends_per_s']:>7}/s  "
             f"({f['appends_per_fsync']} appends per fsync)"
         )
     for size, f in figures["verify"].items():
