@@ -82,21 +82,24 @@ def run_projection(
     code: str | None,
     hashes: Mapping[int, tuple[str, str | None]] | None = None,
     digest: Callable[[Any], str] = value_hash,
+    input_hash: str | None = None,
+    output_hash: str | None = None,
 ) -> dict[str, Any]:
-    """The canonical deterministic projection of a whole run. ``hashes`` (by step) let a
-    caller that already computed them skip recomputing; ``digest`` is ``H``."""
+    """The canonical deterministic projection of a whole run. ``hashes`` (by step),
+    ``input_hash`` and ``output_hash`` (``H(input)``, ``H(output)``) let a caller that
+    already computed them skip recomputing; ``digest`` is ``H``."""
     known = hashes or {}
     return {
         "v": FINGERPRINT_VERSION,
         "agent": agent,
-        "input": digest(input),
+        "input": input_hash or digest(input),
         "policy": policy_hash,
         "effects": [
             effect_projection(effect, known.get(effect["step"]), digest)
             for effect in sorted(effects, key=lambda e: e["step"])
         ],
         "routing": [dict(decision) for decision in routing],
-        "output": digest(output) if outcome == "SUCCESS" else None,
+        "output": (output_hash or digest(output)) if outcome == "SUCCESS" else None,
         "outcome": outcome,
         "code": code,
     }

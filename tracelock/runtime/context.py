@@ -67,6 +67,16 @@ LLM_PROVIDER_ERROR = register_code("LLM_PROVIDER_ERROR", X, "the LLM provider ra
 LLM_RESPONSE_INVALID = register_code("LLM_RESPONSE_INVALID", X, "the LLM provider's response is not a JSON object with a string 'content'")
 OPERATOR_RESOLVED_FAILURE = register_code("OPERATOR_RESOLVED_FAILURE", X, "an operator recorded that the step failed")
 
+_sha256 = hashlib.sha256
+# Enum members looked up once: the pipeline names its phase at every step.
+_PARSE, _VALIDATE, _AUTHORIZE, _EXECUTE, _RECORD = (
+    Phase.PARSE,
+    Phase.VALIDATE,
+    Phase.AUTHORIZE,
+    Phase.EXECUTE,
+    Phase.RECORD,
+)
+
 PROPOSAL_FIELDS = frozenset({"schema_version", "id", "action", "args", "reasoning"})
 PROPOSAL_REQUIRED = ("schema_version", "id", "action", "args")
 PROPOSAL_VERSIONS = frozenset({1})
@@ -467,36 +477,36 @@ class RunContext:
         intent_written: bool = False,
         idempotency_key: str | None = None,
     ) -> Any:
-        doc: dict[str, Any] = {"step": step, "kind": request.kind, "name": request.name}
-        runtime = self._runtime
-        sandbox = runtime.sandbox if request.kind in ("fs", "proposal") else None
+        kind = request.kind
+        doc: dict[str, Any] = {"step": step, "kind": kind, "name": request.name}
+        sandbox = self._runtime.sandbox if kind == "fs" or kind == "proposal" else None
         if sandbox is not None:
             # Same proposal + same policy + same filesystem state = same outcome: the state
             # is part of the record of every filesystem and proposal step.
             doc["sandbox"] = {"before": sandbox.state_hash(), "after": None}
-        phase = Phase.PARSE
+        phase = _PARSE
         try:
             # PARSE
-            if request.kind == "proposal":
+            if kind == "proposal":
                 request = self._parse_proposal(request, doc)
-            doc["name"] = request.name
+                doc["name"] = request.name
             doc["class"] = request.side_effect
             try:
-                args_hash = hashlib.sha256(dumps(request.args)).hexdigest()
+                args_hash = _sha256(dumps(request.args)).hexdigest()
             except CanonicalError as exc:
                 doc["args"] = {"__unserializable__": exc.message}
                 raise StepFailure(ARGS_NOT_JSON, exc.message) from None
             doc["args"] = request.args
             # VALIDATE
-            phase = Phase.VALIDATE
+            phase = _VALIDATE
             self._validate(request)
             tool = request.tool
             doc["timeout_ms"] = tool.timeout_ms if tool is not None else None
             # AUTHORIZE
-            phase = Phase.AUTHORIZE
+            phase = _AUTHORIZE
             self._authorize(step, request, doc)
             # EXECUTE
-            phase = Phase.EXECUTE
+            phase = _EXECUTE
             if request.side_effect != "read_only" and self._journal is not None:
                 if request.side_effect == "idempotent":
                     idempotency_key = idempotency_key or _idempotency_key(self.run_id, step, request.args)
@@ -509,17 +519,21 @@ class RunContext:
             if sandbox is not None and request.kind == "fs":
                 doc["sandbox"]["after"] = sandbox.state_hash()
             # RECORD
-            phase = Phase.RECORD
+            phase = _RECORD
             try:
-                result_hash = hashlib.sha256(dumps(result)).hexdigest()
+                result_hash = _sha256(dumps(result)).hexdigest()
             except CanonicalError as exc:
                 raise StepFailure(RESULT_NOT_JSON, f"result of {request.name!r}: {exc.message}") from None
-            doc.update(outcome="SUCCESS", code=None, phase=None, result=result, error=None)
+            doc["outcome"] = "SUCCESS"
+            doc["code"] = None
+            doc["phase"] = None
+            doc["result"] = result
+            doc["error"] = None
             self.hashes[step] = (args_hash, result_hash)
         except StepFailure as failure:
             doc.setdefault("class", request.side_effect)
             doc.setdefault("args", request.args if _is_json(request.args) else None)
-            if phase is Phase.EXECUTE:
+            if phase is _EXECUTE:
                 # The effect was tried: record how many times (a resume counts it in the
                 # budgets again only when attempts > 0, as the live run did at AUTHORIZE).
                 attempt = failure.details.get("attempt")
@@ -695,8 +709,12 @@ class RunContext:
             self._counters.cost_micro_usd += cost
 
     def _execute(self, step: int, request: _Request, doc: dict[str, Any], key: str | None) -> tuple[Any, int]:
-        runtime = self._runtime
         kind = request.kind
+        if kind == "tool" or kind == "fs":
+            tool = request.tool
+            assert tool is not None
+            return self._run_tool(tool, request.args, key)
+        runtime = self._runtime
         if kind == "clock.now":
             return runtime._clock_ms(), 1
         if kind == "random":

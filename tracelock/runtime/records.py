@@ -234,7 +234,8 @@ class RunJournal:
         return self._append(START, doc, meta=meta, durable=False, new_run=True)
 
     def effect(self, doc: dict[str, Any]) -> Entry:
-        return self._append(EFFECT, _compact(doc), durable=False)
+        # The most frequent entry: straight to the store (what _append would do).
+        return self.store.append(self.run_id, EFFECT, payload=_compact(doc), durable=self.strict)
 
     def intent(self, doc: dict[str, Any]) -> Entry:
         return self._append(INTENT, _compact(doc), durable=True)

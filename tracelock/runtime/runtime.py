@@ -95,6 +95,17 @@ def _default_ids() -> str:
     return "run-" + os.urandom(10).hex()  # tracelock: allow TL-RAND-004 -- run ids are names, excluded from every determinism hash
 
 
+def _derived_seed(agent: str, input_hash: str) -> str:
+    """``value_hash({"agent": agent, "input": input_hash})``, the default seed of a run,
+    with the canonical bytes written directly (the members are in canonical order and a hex
+    digest needs no escaping)."""
+    try:
+        material = b'{"agent":' + dumps(agent) + b',"input":"' + input_hash.encode("ascii") + b'"}'
+    except CanonicalError:
+        return value_hash({"agent": agent, "input": input_hash})  # raises, naming the member
+    return hashlib.sha256(material).hexdigest()
+
+
 def _real_sleep(seconds: float) -> None:
     time.sleep(seconds)
 
@@ -274,7 +285,7 @@ class Runtime:
                 raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
         if not valid_run_id(run_id) or run_id == ADMIN_RUN:
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
-        seed = seed or value_hash({"agent": name, "input": input_hash})
+        seed = seed or _derived_seed(name, input_hash)
         self._record_policy()
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
         start = journal.start(
@@ -294,7 +305,7 @@ class Runtime:
             self, run_id=run_id, input=input, seed=seed, journal=journal, start_ms=start.ts,
             annotations=_annotations,
         )
-        return self._drive(ctx, func, name, input, journal, status="running")
+        return self._drive(ctx, func, name, input, journal, status="running", input_hash=input_hash)
 
     def send_intent(self, intent: str, payload: Any = None, *, run_id: str | None = None) -> RunResult:
         """Route ``payload`` to the agents that handle ``intent`` (priority, then version,
@@ -347,15 +358,22 @@ class Runtime:
         *,
         status: str,
         routing: list[dict[str, Any]] | None = None,
+        input_hash: str | None = None,
     ) -> RunResult:
+        """Run the agent to its end or suspension. ``input_hash`` is ``H(input)`` when the
+        caller has it already."""
         outcome, code, output, error = "SUCCESS", None, None, None
+        output_hash = None
         if self.strict:
             strict_mode.install()  # guards modules imported since the last run
         try:
             output = _call_agent(func, ctx, input, strict=self.strict)
             try:
+                canonical = dumps(output)
                 # The caller gets the JSON form, exactly what retrieve() will return later.
-                output = orjson.loads(dumps(output))
+                # Canonical JSON is idempotent: these bytes are also those of that form.
+                output = orjson.loads(canonical)
+                output_hash = hashlib.sha256(canonical).hexdigest()
             except CanonicalError as exc:
                 outcome, code, error, output = "EXECUTION_ERROR", OUTPUT_NOT_JSON.code, exc.message, None
         except Suspend as suspend:
@@ -392,6 +410,8 @@ class Runtime:
             outcome=outcome,
             code=code,
             hashes=ctx.hashes,
+            input_hash=input_hash,
+            output_hash=output_hash,
         )
         digest = fingerprint(projection)
         final = "completed" if outcome == "SUCCESS" else "failed"
@@ -452,6 +472,8 @@ class Runtime:
 
     def _invoke(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         """Run a tool's function, under its timeout when it has one."""
+        if tool.timeout_s is None and not tool.is_async:
+            return tool.func(**kwargs)  # the common case: in this thread, nothing to wrap
         if tool.is_async:
 
             def call() -> Any:
@@ -463,11 +485,9 @@ class Runtime:
                 return tool.func(**kwargs)
 
         if tool.timeout_s is None:
-            if tool.is_async:
-                # asyncio.run cannot nest in a running event loop (an async agent's): use a
-                # worker thread, as a tool with a timeout does.
-                return self._tool_pool.submit(call).result()
-            return call()
+            # asyncio.run cannot nest in a running event loop (an async agent's): use a
+            # worker thread, as a tool with a timeout does.
+            return self._tool_pool.submit(call).result()
         future = self._tool_pool.submit(call)
         try:
             return future.result(timeout=tool.timeout_s)
