@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracelock.core.entry import Entry
 
@@ -35,9 +35,9 @@ class _NoPayload:
 NO_PAYLOAD: Any = _NoPayload()
 
 
-@dataclass(frozen=True, slots=True)
-class NewEntry:
-    """An entry to append: the store fills in seq, i, prev and ts."""
+class NewEntry(NamedTuple):
+    """An entry to append: the store fills in seq, i, prev and ts (a named tuple: one is
+    built per append)."""
 
     run: str
     kind: str

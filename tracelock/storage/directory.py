@@ -132,7 +132,6 @@ class DirectoryStore:
         self._payloads: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._pending = _PendingIndex()
         self._filter: PayloadFilter | None = None  # built on the first payload look-up
-        self._tree_pending: list[bytes] = []  # leaf hashes indexed but not yet in the tree
         self._tail_fragment: tuple[int, int] | None = None
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
@@ -386,10 +385,11 @@ class DirectoryStore:
         return hashes
 
     def _catch_up_tree(self) -> None:
-        """Append the leaves waiting for the tree (holding the index lock)."""
-        if self._tree is not None and self._tree_pending:
-            self._tree.append(self._tree_pending)
-            self._tree_pending = []
+        """Bring the tree up to the index (holding the index lock): the leaves of entries
+        indexed since are hashed here, from the journal, not on the path of an append."""
+        tree = self._tree
+        if tree is not None and tree.size < self._index.entry_count:
+            tree.append(self._iter_leaf_hashes(tree.size))
 
     def _merkle(self) -> MerkleTreeFile:
         self._prepare_read()
@@ -496,25 +496,35 @@ class DirectoryStore:
 
     def _enqueue(self, items: Sequence[NewEntry]) -> tuple[list[Entry], int, bool]:
         """Build the entries and queue their bytes; return them, the queue's end, and
-        whether enough index rows are pending to be worth a flush."""
+        whether enough index rows are pending to be worth a flush.
+
+        This is the whole CPU cost of an append, paid under the GIL by every writer, so it
+        is written for speed: payloads are canonicalized before the lock (a bad payload
+        then fails the whole call before anything is queued), index rows wait as
+        ``(entry, offset)`` pairs, and the bytes go to the log as one buffer.
+        """
         log = self._writer()
-        prepared: list[tuple[NewEntry, bytes | None, bytes | None]] = []
+        sha256 = hashlib.sha256
+        prepared: list[tuple[bytes, bytes] | None] = []
         for item in items:
             if item.payload is NO_PAYLOAD:
-                prepared.append((item, None, None))
+                prepared.append(None)
             else:
-                canonical = dumps(item.payload)
-                prepared.append((item, canonical, hashlib.sha256(canonical).digest()))
+                data = dumps(item.payload)
+                prepared.append((data, sha256(data).digest()))
         out: list[Entry] = []
         with self._lock:
             self._check_open()
             ts = self._clock()
             chunks: list[bytes] = []
-            offset = log.queued_end
-            base = offset
-            for item, data, digest in prepared:
+            offset = base = log.queued_end
+            heads = self._heads
+            pending_entries = self._pending.entries
+            for item, stored in zip(items, prepared, strict=True):
+                run = item.run
                 payload_hex = None
-                if digest is not None and data is not None:
+                if stored is not None:
+                    data, digest = stored
                     payload_hex = digest.hex()
                     if self._payload_location(digest) is None:
                         length = len(data) + 66
@@ -523,14 +533,14 @@ class DirectoryStore:
                         chunks += (b"=", payload_hex.encode(), b" ", data, b"\n")
                         offset += length + 1
                 if item.new_run:
-                    if item.run in self._heads or item.run in self._closed_here:
-                        raise StoreError(f"run {item.run!r} already exists", details={"run": item.run})
+                    if run in heads or run in self._closed_here:
+                        raise StoreError(f"run {run!r} already exists", details={"run": run})
                     head = None
                 else:
-                    head = self._head(item.run)
+                    head = heads.get(run) or self._head(run)
                 entry = build_entry(
                     seq=self._next_seq,
-                    run=item.run,
+                    run=run,
                     i=0 if head is None else head[0] + 1,
                     kind=item.kind,
                     payload=payload_hex,
@@ -538,23 +548,21 @@ class DirectoryStore:
                     ts=ts,
                     meta=item.meta,
                 )
-                chunks += (entry.line, b"\n")
-                # The index row is built when it is flushed (rows cost nothing until then).
-                end = offset + len(entry.line) + 1
-                self._pending.entries.append((end, (entry, offset)))
+                line = entry.line
+                chunks += (line, b"\n")
+                end = offset + len(line) + 1
+                pending_entries.append((end, (entry, offset)))
                 offset = end
                 self._next_seq += 1
                 if entry.kind in TERMINAL_KINDS:
-                    self._heads.pop(entry.run, None)
-                    self._closed_here.add(entry.run)
+                    heads.pop(run, None)
+                    self._closed_here.add(run)
                 else:
-                    self._heads[entry.run] = (entry.i, entry.hash)
+                    heads[run] = (entry.i, entry.hash)
                 out.append(entry)
             start = log.enqueue(b"".join(chunks))
             assert start == base, "journal offsets diverged from the queue"
-            end = log.queued_end
-            backlog = len(self._pending.entries) >= _INDEX_BATCH
-        return out, end, backlog
+            return out, log.queued_end, len(pending_entries) >= _INDEX_BATCH
 
     def _writer(self) -> GroupCommitLog:
         if self._read_only or self._log is None:
@@ -640,12 +648,10 @@ class DirectoryStore:
         del pending.entries[:cut_entries], pending.payloads[:cut_payloads]
         with self._index_lock:
             self._index.add(entries, payloads, journal_end=journal_end)
-            if self._tree is not None and entries:
-                # The tree is a cache: leaves wait here until a Merkle query (or close) needs
-                # them, so building it costs nothing on the path of an append.
-                self._tree_pending.extend(leaf_hash(entry.line) for entry, _ in entries)
-                if len(self._tree_pending) >= _TREE_BACKLOG:
-                    self._catch_up_tree()
+            # The tree is a cache: it catches up when a Merkle query (or close) needs it, or
+            # when it lags far behind, so building it costs nothing on the path of an append.
+            if self._tree is not None and self._index.entry_count - self._tree.size >= _TREE_BACKLOG:
+                self._catch_up_tree()
         for entry, _ in entries:
             if entry.kind in TERMINAL_KINDS:
                 self._closed_here.discard(entry.run)
