@@ -6,6 +6,7 @@ import errno
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,19 +192,44 @@ def test_fsync_failure_is_fatal_and_never_retried(
     store: DirectoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.append("r", "run.start")
-    calls = []
-
-    def failing(fd: int) -> None:
-        calls.append(fd)
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fdatasync", failing)
+    calls = _failing_syncs(monkeypatch)
     with pytest.raises(DurabilityError):
         store.append("r", "effect")
     monkeypatch.undo()
     with pytest.raises(DurabilityError):
         store.append("r", "effect")
     assert len(calls) == 1
+
+
+def test_a_failed_sync_after_unsynced_writes_is_fatal(
+    store: DirectoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.append("r", "run.start", durable=False)  # written, not synced: the next sync is an fdatasync
+    calls = _failing_syncs(monkeypatch)
+    with pytest.raises(DurabilityError):
+        store.append("r", "effect")
+    assert calls == ["fdatasync"]
+
+
+def _failing_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make every way the journal syncs fail with EIO: ``fdatasync``, and a write that syncs
+    itself (``RWF_DSYNC``, used when nothing unsynced precedes it)."""
+    calls: list[str] = []
+    real_pwritev = os.pwritev
+
+    def failing_fdatasync(fd: int) -> None:
+        calls.append("fdatasync")
+        raise OSError(errno.EIO, "Input/output error")
+
+    def pwritev(fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        if flags & os.RWF_DSYNC:
+            calls.append("dsync write")
+            raise OSError(errno.EIO, "Input/output error")
+        return real_pwritev(fd, buffers, offset, flags)
+
+    monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+    monkeypatch.setattr(os, "pwritev", pwritev)
+    return calls
 
 
 def test_full_disk_is_reported_as_such(store: DirectoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
