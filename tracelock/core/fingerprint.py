@@ -46,25 +46,26 @@ def effect_projection(
     ``digest`` computes ``H`` otherwise (a verifier of redacted evidence supplies one that
     knows the hashes of values it no longer has)."""
     kind = effect["kind"]
-    succeeded = effect.get("outcome") == "SUCCESS"
+    get = effect.get
+    outcome = get("outcome")
     args_hash, result_hash = hashes if hashes is not None else (None, None)
     projected: dict[str, Any] = {
         "step": effect["step"],
         "kind": kind,
         "name": effect["name"],
         "class": effect["class"],
-        "args": args_hash or digest(effect.get("args")),
+        "args": args_hash or digest(get("args")),
         "result": (
-            (result_hash or digest(effect.get("result")))
-            if succeeded and kind not in VALUE_EXCLUDED_KINDS
+            (result_hash or digest(get("result")))
+            if outcome == "SUCCESS" and kind not in VALUE_EXCLUDED_KINDS
             else None
         ),
-        "outcome": effect.get("outcome"),
-        "code": effect.get("code"),
-        "attempts": effect.get("attempts", 1),
-        "timeout_ms": effect.get("timeout_ms"),
+        "outcome": outcome,
+        "code": get("code"),
+        "attempts": get("attempts", 1),
+        "timeout_ms": get("timeout_ms"),
     }
-    sandbox = effect.get("sandbox")
+    sandbox = get("sandbox")
     if sandbox is not None:
         projected["sandbox"] = {"before": sandbox.get("before"), "after": sandbox.get("after")}
     return projected

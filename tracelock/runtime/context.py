@@ -34,7 +34,7 @@ from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.jsondiff import diff
 from tracelock.runtime.errors import DivergenceError, StepError
 from tracelock.runtime.outcomes import Outcome, Phase, StepFailure, register_code
-from tracelock.runtime.policy import AuthorizationRequest, Policy, Usage
+from tracelock.runtime.policy import AuthorizationRequest, Decision, Policy, Usage
 from tracelock.runtime.records import RunJournal, RunRecord
 from tracelock.runtime.strict import door
 from tracelock.runtime.tools import Tool
@@ -621,67 +621,74 @@ class RunContext:
 
     def _authorize(self, step: int, request: _Request, doc: dict[str, Any]) -> None:
         kind = request.kind
-        if kind not in ("tool", "fs", "llm"):
-            return
-        policy = self.policy
-        counters = self._counters
         if kind == "llm":
-            decision = policy.static_decision(
-                "llm", "llm", model=request.args["model"], max_tokens=request.args["max_tokens"]
-            )
+            args = request.args
+            decision = self.policy.static_decision("llm", "llm", "read_only", args["model"], args["max_tokens"])
+        elif kind == "tool" or kind == "fs":
+            decision = self.policy.static_decision(kind, request.name, request.side_effect)
         else:
-            decision = policy.static_decision(kind, request.name, request.side_effect)
+            return
         if decision is None:
-            # The arguments or the usage may matter (budgets, argument constraints).
-            elapsed = 0
-            if policy.budget("wall_time_ms") is not None:
-                elapsed = max(0, self._runtime._clock_ms() - self._start_ms)
-                doc["elapsed_ms"] = elapsed
-            usage = Usage(
-                llm_calls=counters.llm_calls,
-                tokens=counters.tokens,
-                cost_micro_usd=counters.cost_micro_usd,
-                effects=counters.effects,
-                elapsed_ms=elapsed,
-            )
-            if kind == "llm":
-                auth = AuthorizationRequest(
-                    kind="llm",
-                    name="llm",
-                    args={},
-                    model=request.args["model"],
-                    max_tokens=request.args["max_tokens"],
-                )
-            else:
-                auth = AuthorizationRequest(
-                    kind="fs" if kind == "fs" else "tool",
-                    name=request.name,
-                    args=request.args,
-                    side_effect=request.side_effect,  # type: ignore[arg-type]
-                )
-            decision = policy.authorize(auth, usage)
+            decision = self._decide(request, doc)
         if not decision.allowed:
             raise decision.failure()
         if decision.requires_approval:
-            approval = self._recording.approvals.get(step) if self._recording is not None else None
-            if approval is None:
-                doc["awaiting_approval"] = True
-                raise Suspend(
-                    "awaiting_approval",
-                    step,
-                    f"step {step} ({request.name}) requires human approval: {decision.reason}",
-                )
-            doc["approval"] = {"by": approval.get("by"), "decision": approval.get("decision")}
-            if approval.get("decision") != "approved":
-                raise StepFailure(
-                    APPROVAL_REJECTED,
-                    f"step {step} ({request.name}) was rejected by {approval.get('by')}: "
-                    f"{approval.get('reason', '')}",
-                )
+            self._check_approval(step, request, doc, decision)
         with self._lock:
+            counters = self._counters
             counters.effects += 1
-            if request.kind == "llm":
+            if kind == "llm":
                 counters.llm_calls += 1
+
+    def _decide(self, request: _Request, doc: dict[str, Any]) -> Decision:
+        """The policy's decision when the arguments or the usage may matter (budgets,
+        argument constraints)."""
+        policy = self.policy
+        counters = self._counters
+        elapsed = 0
+        if policy.budget("wall_time_ms") is not None:
+            elapsed = max(0, self._runtime._clock_ms() - self._start_ms)
+            doc["elapsed_ms"] = elapsed
+        usage = Usage(
+            llm_calls=counters.llm_calls,
+            tokens=counters.tokens,
+            cost_micro_usd=counters.cost_micro_usd,
+            effects=counters.effects,
+            elapsed_ms=elapsed,
+        )
+        if request.kind == "llm":
+            auth = AuthorizationRequest(
+                kind="llm",
+                name="llm",
+                args={},
+                model=request.args["model"],
+                max_tokens=request.args["max_tokens"],
+            )
+        else:
+            auth = AuthorizationRequest(
+                kind="fs" if request.kind == "fs" else "tool",
+                name=request.name,
+                args=request.args,
+                side_effect=request.side_effect,  # type: ignore[arg-type]
+            )
+        return policy.authorize(auth, usage)
+
+    def _check_approval(self, step: int, request: _Request, doc: dict[str, Any], decision: Decision) -> None:
+        approval = self._recording.approvals.get(step) if self._recording is not None else None
+        if approval is None:
+            doc["awaiting_approval"] = True
+            raise Suspend(
+                "awaiting_approval",
+                step,
+                f"step {step} ({request.name}) requires human approval: {decision.reason}",
+            )
+        doc["approval"] = {"by": approval.get("by"), "decision": approval.get("decision")}
+        if approval.get("decision") != "approved":
+            raise StepFailure(
+                APPROVAL_REJECTED,
+                f"step {step} ({request.name}) was rejected by {approval.get('by')}: "
+                f"{approval.get('reason', '')}",
+            )
 
     def _count(self, doc: Mapping[str, Any]) -> None:
         """Account a replayed effect in the budgets, as the live one was."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import importlib
 import inspect
@@ -95,15 +96,21 @@ def _default_ids() -> str:
     return "run-" + os.urandom(10).hex()  # tracelock: allow TL-RAND-004 -- run ids are names, excluded from every determinism hash
 
 
+@functools.lru_cache(maxsize=256)
+def _seed_prefix(agent: str) -> bytes:
+    return b'{"agent":' + dumps(agent) + b',"input":"'
+
+
 def _derived_seed(agent: str, input_hash: str) -> str:
     """``value_hash({"agent": agent, "input": input_hash})``, the default seed of a run,
     with the canonical bytes written directly (the members are in canonical order and a hex
-    digest needs no escaping)."""
+    digest needs no escaping); the part before the digest is kept per agent name."""
     try:
-        material = b'{"agent":' + dumps(agent) + b',"input":"' + input_hash.encode("ascii") + b'"}'
+        # Exact str only in the cache: a subclass may compare equal and write other bytes.
+        prefix = _seed_prefix(agent) if type(agent) is str else _seed_prefix.__wrapped__(agent)
     except CanonicalError:
         return value_hash({"agent": agent, "input": input_hash})  # raises, naming the member
-    return hashlib.sha256(material).hexdigest()
+    return hashlib.sha256(prefix + input_hash.encode("ascii") + b'"}').hexdigest()
 
 
 def _real_sleep(seconds: float) -> None:
@@ -279,11 +286,14 @@ class Runtime:
             run_id = derived
         elif run_id is not None and self._existing(run_id) is not None:
             raise AgentDefinitionError(f"run {run_id!r} already exists; use resume() to continue it")
+        checked = False
         if run_id is None:
             run_id = self._ids()
             if self._check_generated_ids and self._existing(run_id) is not None:
                 raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
-        if not valid_run_id(run_id) or run_id == ADMIN_RUN:
+            # The default source writes "run-" and hex digits: a valid id, never the admin run.
+            checked = not self._check_generated_ids
+        if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
         seed = seed or _derived_seed(name, input_hash)
         self._record_policy()
