@@ -484,39 +484,55 @@ class RunContext:
             # Same proposal + same policy + same filesystem state = same outcome: the state
             # is part of the record of every filesystem and proposal step.
             doc["sandbox"] = {"before": sandbox.state_hash(), "after": None}
+        journal = self._journal
         phase = _PARSE
         try:
             # PARSE
             if kind == "proposal":
                 request = self._parse_proposal(request, doc)
                 doc["name"] = request.name
-            doc["class"] = request.side_effect
+                kind = request.kind
+            side_effect = request.side_effect
+            args = request.args
+            doc["class"] = side_effect
             try:
-                args_hash = _sha256(dumps(request.args)).hexdigest()
+                args_hash = _sha256(dumps(args)).hexdigest()
             except CanonicalError as exc:
                 doc["args"] = {"__unserializable__": exc.message}
                 raise StepFailure(ARGS_NOT_JSON, exc.message) from None
-            doc["args"] = request.args
+            doc["args"] = args
             # VALIDATE
             phase = _VALIDATE
-            self._validate(request)
             tool = request.tool
+            # A registered tool (the usual step) is checked here; the rest in _validate.
+            is_tool = tool is not None and (kind == "tool" or kind == "fs")
+            if is_tool:
+                assert tool is not None
+                problem = tool.validate(args)
+                if problem is not None:
+                    raise StepFailure(ARGS_SCHEMA, f"{request.name}: {problem}", tool=request.name)
+            else:
+                self._validate(request)
             doc["timeout_ms"] = tool.timeout_ms if tool is not None else None
             # AUTHORIZE
             phase = _AUTHORIZE
             self._authorize(step, request, doc)
             # EXECUTE
             phase = _EXECUTE
-            if request.side_effect != "read_only" and self._journal is not None:
-                if request.side_effect == "idempotent":
-                    idempotency_key = idempotency_key or _idempotency_key(self.run_id, step, request.args)
+            if side_effect != "read_only" and journal is not None:
+                if side_effect == "idempotent":
+                    idempotency_key = idempotency_key or _idempotency_key(self.run_id, step, args)
                     doc["idempotency_key"] = idempotency_key
                 if not intent_written:
-                    self._journal.intent(doc)
+                    journal.intent(doc)
                     intent_written = True
-            result, attempts = self._execute(step, request, doc, idempotency_key)
+            if is_tool:
+                assert tool is not None
+                result, attempts = self._run_tool(tool, args, idempotency_key)
+            else:
+                result, attempts = self._execute(step, request, doc, idempotency_key)
             doc["attempts"] = attempts
-            if sandbox is not None and request.kind == "fs":
+            if sandbox is not None and kind == "fs":
                 doc["sandbox"]["after"] = sandbox.state_hash()
             # RECORD
             phase = _RECORD
@@ -548,25 +564,26 @@ class RunContext:
                 result=None,
                 error={"message": failure.message, "details": _jsonable(failure.details)},
             )
-        self._record(doc, intent_written)
+        # RECORD (the outcome, whatever it is)
+        if journal is not None:
+            if intent_written:
+                self._record_result(journal, doc)
+            else:
+                journal.effect(doc)
         self.effects[step] = doc
         # RESPOND
+        if doc["outcome"] == "SUCCESS":
+            return doc["result"]
         return self._respond(step, doc)
 
-    def _record(self, doc: dict[str, Any], intent_written: bool) -> None:
-        journal = self._journal
-        if journal is None:
-            return
-        if intent_written:
-            result_doc = {
-                key: doc.get(key)
-                for key in ("step", "outcome", "code", "phase", "result", "error", "attempts")
-            }
-            if "sandbox" in doc:
-                result_doc["sandbox"] = doc["sandbox"]
-            journal.result(result_doc, durable=doc.get("class") == "irreversible")
-        else:
-            journal.effect(doc)
+    def _record_result(self, journal: RunJournal, doc: dict[str, Any]) -> None:
+        """The result of an effect whose intent is in the journal already."""
+        result_doc = {
+            key: doc.get(key) for key in ("step", "outcome", "code", "phase", "result", "error", "attempts")
+        }
+        if "sandbox" in doc:
+            result_doc["sandbox"] = doc["sandbox"]
+        journal.result(result_doc, durable=doc.get("class") == "irreversible")
 
     def _parse_proposal(self, request: _Request, doc: dict[str, Any]) -> _Request:
         raw = request.args
