@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from runtime_helpers import Ids, Ticks, allow, assert_store_ok, record_of, runtime_at
 
-from tracelock.core.fingerprint import fingerprint, run_projection
+from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.errors import StoreError
 from tracelock.runtime.runtime import RunResult, Runtime
 
@@ -273,3 +273,25 @@ def test_the_stored_fingerprint_is_what_run_returned(tmp_path: Path) -> None:
         end = record_of(reopened, result.run_id).end
         assert end is not None
         assert (end["fingerprint"], end["output"], end["outcome"]) == (result.fingerprint, result.output, "SUCCESS")
+
+
+def test_the_fingerprint_and_seed_are_those_of_the_recorded_run(tmp_path: Path) -> None:
+    """A live run hashes its input, output, arguments and results once, as it goes; the
+    projection of its record, every hash computed afresh, gives the same fingerprint, and
+    the default seed is H({"agent", "input": H(input)})."""
+    result, _runtime = record(tmp_path, "one", request={"question": "é \U0001f600", "key": "k", "words": []})
+    with Runtime(tmp_path / "one") as reopened:
+        recorded = record_of(reopened, result.run_id)
+        projection = run_projection(
+            agent=recorded.agent,
+            input=recorded.input,
+            policy_hash=recorded.policy_hash,
+            effects=[recorded.effects[step] for step in sorted(recorded.effects)],
+            routing=recorded.routing,
+            output=result.output,
+            outcome="SUCCESS",
+            code=None,
+        )
+        assert fingerprint(projection) == result.fingerprint
+        expected_seed = value_hash({"agent": recorded.agent, "input": value_hash(recorded.input)})
+        assert recorded.start["seed"] == expected_seed
