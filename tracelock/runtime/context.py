@@ -102,7 +102,7 @@ class Task:
     args: Mapping[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     kind: str
     name: str
@@ -111,7 +111,7 @@ class _Request:
     tool: Tool | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Counters:
     llm_calls: int = 0
     tokens: int = 0
@@ -739,19 +739,6 @@ class RunContext:
             assert tool is not None
             return self._run_tool(tool, request.args, key)
         runtime = self._runtime
-        if kind == "clock.now":
-            return runtime._clock_ms(), 1
-        if kind == "random":
-            digest = hashlib.sha256(self._seed + b"random" + step.to_bytes(8, "big")).digest()
-            return (int.from_bytes(digest[:8], "big") >> 11) / float(1 << 53), 1
-        if kind == "uuid":
-            raw = bytearray(hashlib.sha256(self._seed + b"uuid" + step.to_bytes(8, "big")).digest()[:16])
-            raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-            raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-            return str(uuid_module.UUID(bytes=bytes(raw))), 1
-        if kind == "sleep":
-            runtime._sleep(request.args["ms"] / 1000)
-            return None, 1
         if kind == "llm":
             provider = runtime.llm_provider
             if provider is None:
@@ -765,6 +752,19 @@ class RunContext:
             with self._lock:
                 self._account_llm(response)
             return response, 1
+        if kind == "clock.now":
+            return runtime._clock_ms(), 1
+        if kind == "random":
+            digest = hashlib.sha256(self._seed + b"random" + step.to_bytes(8, "big")).digest()
+            return (int.from_bytes(digest[:8], "big") >> 11) / float(1 << 53), 1
+        if kind == "uuid":
+            raw = bytearray(hashlib.sha256(self._seed + b"uuid" + step.to_bytes(8, "big")).digest()[:16])
+            raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+            raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+            return str(uuid_module.UUID(bytes=bytes(raw))), 1
+        if kind == "sleep":
+            runtime._sleep(request.args["ms"] / 1000)
+            return None, 1
         tool = request.tool
         assert tool is not None
         return self._run_tool(tool, request.args, key)
