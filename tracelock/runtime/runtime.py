@@ -292,7 +292,7 @@ class Runtime:
             if self._check_generated_ids and self._existing(run_id) is not None:
                 raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
             # The default source writes "run-" and hex digits: a valid id, never the admin run.
-            checked = not self._check_generated_ids
+            checked = self._ids is _default_ids
         if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
         seed = seed or _derived_seed(name, input_hash)
