@@ -2,15 +2,19 @@
 
 Verification streams the journal once and keeps only bounded state: the heads of runs still
 open, a bounded cache of payload hashes seen (older ones are looked up through the index and
-re-hashed from the file), and the set of redacted payloads.
+re-hashed from the file), a bounded memo of ``meta`` texts already proven canonical, and the
+set of redacted payloads.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -18,7 +22,6 @@ import orjson
 from tracelock.core.canonical import dumps
 from tracelock.core.entry import (
     ADMIN_RUN,
-    ENTRY_LINE,
     MAX_INTEGER,
     REDACTION_KIND,
     TERMINAL_KINDS,
@@ -27,9 +30,17 @@ from tracelock.core.entry import (
     EntryFormatError,
     parse_entry,
 )
+from tracelock.errors import CanonicalError
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError
-from tracelock.storage.journal_file import ENTRY, PAYLOAD, REDACTED, Record, classify
+from tracelock.storage.journal_file import (
+    ENTRY,
+    PAYLOAD,
+    REDACTED,
+    Record,
+    classify,
+    data_end,
+)
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
@@ -38,6 +49,69 @@ REDACTION_KIND_BYTES = REDACTION_KIND.encode()
 __all__ = ["VerifyReport", "verify_run", "verify_store"]
 
 _SEEN_CACHE = 1 << 16
+# The scan's payload cache is two generations of dicts (see ``_StoreScan``), each at most
+# half of the bound above.
+_GENERATION = _SEEN_CACHE // 2
+# Read size: a block's lines and their matches stay small enough to be reused in place (and
+# to stay in the CPU's caches) from one block to the next.
+_READ_CHUNK = 1 << 17
+# ``meta`` texts proven canonical (run status and the like repeat across runs). Bounded in
+# count and in the size of a remembered text; emptied when full.
+_META_MEMO = 4096
+_META_MEMO_BYTES = 256
+_PROGRESS_EVERY = 100_000
+
+
+def _decimal_at_most(limit: int) -> bytes:
+    """A pattern for the decimal integers 0 to ``limit`` (at least 10), no leading zeros."""
+    digits = str(limit)
+    options = [b"[1-9][0-9]{0,%d}" % (len(digits) - 2), b"0"]  # fewer digits than limit
+    for position, digit in enumerate(digits):
+        # As many digits as limit: equal to it up to ``position``, smaller there, then any.
+        low = 1 if position == 0 else 0
+        if int(digit) > low:
+            rest = len(digits) - position - 1
+            options.append(
+                digits[:position].encode()
+                + b"[%d-%d]" % (low, int(digit) - 1)
+                + (b"[0-9]{%d}" % rest if rest else b"")
+            )
+    options.append(digits.encode())
+    return b"(?:" + b"|".join(options) + b")"
+
+
+# One line of the journal as the fast path reads it. Group 1 is a record: an entry line, a
+# payload record (``=``, its hash, a space, at least one byte of data, as ``classify`` asks)
+# or an erased one (``-``, its hash, a space, then spaces only). Groups 2-8 are an entry's i,
+# kind, meta, payload, prev, run and seq. The last alternative takes any other line, with no
+# group: every line gives exactly one ``findall`` result, in order, and a line that is no
+# record gives one whose groups are all empty (a group that takes part is never empty).
+# (Few groups: each costs ``findall`` about as much as a Python operation on every line.)
+#
+# The entry alternative is the canonical layout of ``tracelock.core.entry.ENTRY_LINE`` (the
+# detailed checker's pattern), with three differences that change nothing it accepts:
+# * the version is the literal 1, and integers are only those up to 2**53-1 (the pattern
+#   checks the range, so ts needs no group);
+# * a flat ``meta`` is tried first, without the backtracking that ``\{.*\}`` costs;
+# * ``payload`` and ``prev`` are any 64 characters, not 64 lowercase hex digits (a character
+#   class costs the regex engine several times what ``.`` costs per byte). ``block``
+#   proves them hex all the same: ``prev`` must equal the hex digest of the run's previous
+#   entry (or be null), and ``payload`` must be a key of the payload cache, which holds hex
+#   keys only, or match ``_HEX64`` before it is looked up.
+# The groups are the same as ``ENTRY_LINE``'s for every line both accept: only ``meta`` can
+# take more than one length, and a valid line leaves one choice (after ``meta``, its only
+# ``}`` is the last byte).
+_INTEGER = _decimal_at_most(MAX_INTEGER)
+_RECORD_LINE = re.compile(
+    rb'^(?:(\{"i":(' + _INTEGER + rb'),"kind":"([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*)",'
+    rb'(?:"meta":(\{[^{}\n]*\}|\{.*\}),)?"payload":(?:null|"(.{64})"),'
+    rb'"prev":(?:null|"(.{64})"),"run":"([A-Za-z0-9][A-Za-z0-9._:-]{0,127})",'
+    rb'"seq":(' + _INTEGER + rb'),"ts":' + _INTEGER + rb',"v":1\}'
+    rb"|=.{64} .+|-.{64} {2,})|[^\n]*)$",
+    re.MULTILINE,
+)
+_HEX64 = re.compile(rb"[0-9a-f]{64}")
+_PAYLOAD_MARK = ord("=")
 
 
 @dataclass
@@ -105,106 +179,240 @@ def verify_store(
     chain, every payload against its hash, every reference to a payload, and that every
     erased payload has a recorded redaction.
 
-    The loop below is the fast path: it checks each line with one pattern match and one
-    hash, keeping only bytes. The first record it cannot accept is handed to the detailed
-    checker (``_check_record``), which states exactly what is wrong.
+    The journal is read up to its data end (free space the writer keeps at the end of the
+    file, all NUL bytes, is not data) in blocks of whole lines, each checked by the fast path
+    (``_StoreScan``). The first record it cannot accept is handed to the detailed checker
+    (``_check_record``), which states exactly what is wrong.
     """
-    report = VerifyReport(scope="store")
     store.flush()  # what this handle appended is in the file before it is read
-    heads: dict[bytes, tuple[int, bytes]] = {}
-    recent: dict[bytes, bool] = {}  # payload hash (hex bytes) -> redacted?
-    erased: set[bytes] = set()
-    redactions: set[str] = set()
-    next_seq = 0
-    match = ENTRY_LINE.fullmatch
-    sha256 = hashlib.sha256
-    offset = 0
-    pending = b""
-    with open(store.journal_path, "rb") as journal:
-        while chunk := journal.read(1 << 22):
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                first = line[:1]
-                ok = False
-                if first == b"{":
-                    found = match(line)
-                    if found is not None:
-                        i_text, kind, meta_text, payload, prev, run, seq_text, ts_text, version = found.groups()
-                        seq, i = int(seq_text), int(i_text)
-                        head = heads.get(run)
-                        ok = (
-                            version == b"1"
-                            and seq == next_seq
-                            and max(seq, i, int(ts_text)) <= MAX_INTEGER
-                            and (
-                                (i == 0 and prev is None)
-                                if head is None
-                                else (i == head[0] + 1 and prev == head[1])
-                            )
-                        )
-                        if ok and meta_text is not None:
-                            meta = orjson.loads(meta_text)
-                            ok = isinstance(meta, dict) and bool(meta) and dumps(meta) == meta_text
-                            if ok and kind == REDACTION_KIND_BYTES and run == ADMIN_RUN_BYTES:
-                                target = meta.get("payload")
-                                if isinstance(target, str):
-                                    redactions.add(target)
-                        if ok and payload is not None:
-                            known = recent.pop(payload, None)
-                            if known is None:
-                                state = store.payload_state_before(payload.decode(), offset)
-                                ok = state != "missing"
-                                known = state == "redacted"
-                            if ok:
-                                _remember(recent, payload, known)  # most recently used last
-                        if ok:
-                            digest = sha256(line).hexdigest().encode()
-                            if kind == TERMINAL_KIND_BYTES:
-                                heads.pop(run, None)
-                            else:
-                                heads[run] = (i, digest)
-                            next_seq = seq + 1
-                            report.entries += 1
-                            if i == 0:
-                                report.runs += 1
-                            if progress is not None and report.entries % 100_000 == 0:
-                                progress(report.entries)
-                elif first == b"=":
-                    ok = len(line) >= 67 and line[65:66] == b" " and sha256(line[66:]).hexdigest().encode() == line[1:65]
-                    if ok:
-                        _remember(recent, line[1:65], False)
-                        report.payloads += 1
-                elif first == b"-":
-                    ok = len(line) >= 67 and line[65:66] == b" " and not line[66:].strip(b" ")
-                    if ok:
-                        _remember(recent, line[1:65], True)
-                        erased.add(line[1:65])
-                        report.redacted += 1
-                if not ok:
-                    report.issue = _explain(store, Record(offset, classify(line) or "garbage", line), next_seq, heads, recent, redactions)
-                    return report
-                offset += len(line) + 1
-    if pending:
-        report.notes.append(
-            f"incomplete tail of {len(pending)} bytes at byte {offset} is not part of the "
-            "journal (an unacknowledged write; the next writer to open the store cuts it)"
-        )
-    unexplained = sorted(digest.decode() for digest in erased if digest.decode() not in redactions)
-    if unexplained:
-        report.issue = _issue(
-            "PAYLOAD_ERASED_WITHOUT_REDACTION",
-            next_seq,
-            None,
-            f"payload {unexplained[0]} was erased but no redaction entry records it",
-        )
-    return report
+    scan = _StoreScan(store, progress)
+    carried: list[bytes] = []  # the start of a line that continues in the next chunk
+    offset = 0  # where the next block starts in the file
+    fd = os.open(store.journal_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        end = data_end(fd)
+        position = 0
+        while position < end:
+            chunk = os.pread(fd, min(_READ_CHUNK, end - position), position)
+            if not chunk:
+                break  # the file shrank while being read; what was read is judged
+            position += len(chunk)
+            newline = chunk.rfind(b"\n")
+            if newline < 0:
+                carried.append(chunk)  # joined once, when the line ends (no quadratic copy)
+                continue
+            if carried:
+                carried.append(chunk)
+                data = b"".join(carried)
+                carried = []
+            else:
+                data = chunk
+            cut = len(data) - len(chunk) + newline + 1
+            if not scan.block(data, cut, offset):
+                return scan.report
+            offset += cut
+            if cut < len(data):
+                carried.append(data[cut:])
+    finally:
+        os.close(fd)
+    return scan.finish(offset, sum(map(len, carried)))
 
 
-def _remember(recent: dict[bytes, bool], digest: bytes, redacted: bool) -> None:
-    recent[digest] = redacted
-    if len(recent) > _SEEN_CACHE:
-        del recent[next(iter(recent))]  # the oldest: later lookups go through the index
+class _StoreScan:
+    """The state of a whole-store verification, advanced one block of whole lines at a time.
+
+    The payload cache maps a payload hash (hex bytes) to whether its record is erased. It is
+    kept in two generations: lookups try ``recent`` then ``older``; a hit in ``older`` is
+    copied into ``recent``; when ``recent`` is full it becomes ``older`` and the previous
+    ``older`` is dropped. Every hash inserted in the last ``_GENERATION`` insertions is still
+    cached, and no insertion costs more than a dict store. (Evicting one oldest key per
+    insertion from a single dict, as before, made every eviction walk the deleted slots at the
+    front of the dict: verification slowed down as the journal grew.) A hash not cached is
+    looked up through the index and its record re-hashed from the file.
+    """
+
+    def __init__(self, store: DirectoryStore, progress: Callable[[int], None] | None) -> None:
+        self.store = store
+        self.progress = progress
+        self.report = VerifyReport(scope="store")
+        self.heads: dict[bytes, tuple[int, bytes]] = {}  # open run -> (last i, last hash)
+        self.recent: dict[bytes, bool] = {}
+        self.older: dict[bytes, bool] = {}
+        self.erased: set[bytes] = set()
+        self.redactions: set[str] = set()
+        self.metas: set[bytes] = set()
+        self.next_seq = 0
+        self.next_progress = _PROGRESS_EVERY
+
+    def block(self, data: bytes, end: int, base: int) -> bool:
+        """Check the lines of ``data[:end]`` (which ends with a line feed), found at byte
+        ``base`` of the file. False when one fails: ``report.issue`` says why.
+
+        This is the hot loop: one pattern match per line (all of the block's in one call),
+        one hash per record, local variables and bytes only. Every rule is checked for a
+        record before the state changes for it; the first record that breaks one stops the
+        loop and goes to ``_explain``.
+        """
+        store = self.store
+        heads = self.heads
+        recent, older = self.recent, self.older
+        room = _GENERATION - len(recent)  # insertions left before ``recent`` turns over
+        metas = self.metas
+        erased = self.erased
+        redactions = self.redactions
+        sha256 = hashlib.sha256
+        first_seq = next_seq = self.next_seq
+        payloads = redacted = runs = 0
+        starts: list[int] | None = None  # line offsets, computed only if a lookup needs them
+        # The final line feed is left out so that no empty line follows the last one.
+        for line, i_text, kind, meta, payload, prev, run, seq_text in _RECORD_LINE.findall(
+            data, 0, end - 1
+        ):
+            if i_text:
+                if int(seq_text) != next_seq:
+                    break
+                head = heads.get(run)
+                if head is None:
+                    if i_text != b"0" or prev:
+                        break
+                    i = 0
+                else:
+                    i = int(i_text)
+                    # Equal to the previous entry's hash, ``prev`` is 64 lowercase hex digits.
+                    if i != head[0] + 1 or prev != head[1]:
+                        break
+                if meta:
+                    if meta not in metas:
+                        if not _canonical_meta(meta):
+                            break
+                        if len(meta) <= _META_MEMO_BYTES:
+                            if len(metas) >= _META_MEMO:
+                                metas.clear()
+                            metas.add(meta)
+                    if kind == REDACTION_KIND_BYTES and run == ADMIN_RUN_BYTES:
+                        target = orjson.loads(meta).get("payload")
+                        if isinstance(target, str):
+                            redactions.add(target)
+                # Only 64 lowercase hex digits are ever cached, so a hit also proves the shape
+                # of ``payload``; a miss checks it before looking it up.
+                if payload and payload not in recent:
+                    if payload in older:
+                        recent[payload] = older[payload]
+                    else:
+                        if _HEX64.fullmatch(payload) is None:
+                            break
+                        if starts is None:
+                            starts = _line_starts(data, end, base)
+                        number = next_seq - first_seq + payloads + redacted
+                        state = store.payload_state_before(payload.decode(), starts[number])
+                        if state == "missing":
+                            break
+                        recent[payload] = state == "redacted"
+                    room -= 1
+                    if room <= 0:
+                        older, recent, room = recent, {}, _GENERATION
+                if kind == TERMINAL_KIND_BYTES:
+                    heads.pop(run, None)
+                else:
+                    heads[run] = (i, sha256(line).hexdigest().encode())
+                next_seq += 1
+                if head is None:
+                    runs += 1
+            elif line:
+                digest = line[1:65]
+                if line[0] == _PAYLOAD_MARK:
+                    # Equal to a computed hex digest, ``digest`` is 64 lowercase hex digits.
+                    if sha256(line[66:]).hexdigest().encode() != digest:
+                        break
+                    recent[digest] = False
+                    payloads += 1
+                else:
+                    # An erased record's hash field is not checked here (a redaction entry
+                    # must name it, see ``finish``); only a hex one can be named by an entry.
+                    erased.add(digest)
+                    redacted += 1
+                    if _HEX64.fullmatch(digest) is None:
+                        continue
+                    recent[digest] = True
+                room -= 1
+                if room <= 0:
+                    older, recent, room = recent, {}, _GENERATION
+            else:
+                break  # no record
+        else:
+            self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs)
+            return True
+        self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs)
+        if starts is None:
+            starts = _line_starts(data, end, base)
+        number = next_seq - first_seq + payloads + redacted  # the line that failed
+        line = data[starts[number] - base : starts[number + 1] - base - 1]
+        self.report.issue = self._explain(Record(starts[number], classify(line) or "garbage", line))
+        return False
+
+    def _advanced(
+        self,
+        recent: dict[bytes, bool],
+        older: dict[bytes, bool],
+        next_seq: int,
+        first_seq: int,
+        payloads: int,
+        redacted: int,
+        runs: int,
+    ) -> None:
+        """Keep what ``block`` counted and cached; report progress."""
+        self.recent, self.older = recent, older
+        self.next_seq = next_seq
+        report = self.report
+        report.entries += next_seq - first_seq  # seq numbers every entry from 0
+        report.payloads += payloads
+        report.redacted += redacted
+        report.runs += runs
+        if self.progress is not None:
+            while self.next_progress <= report.entries:
+                self.progress(self.next_progress)
+                self.next_progress += _PROGRESS_EVERY
+
+    def _explain(self, record: Record) -> ChainIssue:
+        cached = dict(self.older)
+        cached.update(self.recent)  # the newer state of a hash wins
+        return _explain(self.store, record, self.next_seq, self.heads, cached, self.redactions)
+
+    def finish(self, offset: int, tail: int) -> VerifyReport:
+        """The report once every whole line up to the data end passed."""
+        report = self.report
+        if tail:
+            report.notes.append(
+                f"incomplete tail of {tail} bytes at byte {offset} is not part of the "
+                "journal (an unacknowledged write; the next writer to open the store cuts it)"
+            )
+        # Compared as bytes: an erased record's hash field is not otherwise checked, and
+        # need not even be UTF-8.
+        recorded = {target.encode() for target in self.redactions}
+        unexplained = sorted(digest for digest in self.erased if digest not in recorded)
+        if unexplained:
+            report.issue = _issue(
+                "PAYLOAD_ERASED_WITHOUT_REDACTION",
+                self.next_seq,
+                None,
+                f"payload {unexplained[0].decode(errors='replace')} was erased but no "
+                "redaction entry records it",
+            )
+        return report
+
+
+def _canonical_meta(text: bytes) -> bool:
+    """Whether an entry's ``meta`` text is a non-empty JSON object in canonical form."""
+    try:
+        meta = orjson.loads(text)
+        return isinstance(meta, dict) and bool(meta) and dumps(meta) == text
+    except (orjson.JSONDecodeError, CanonicalError):
+        return False
+
+
+def _line_starts(data: bytes, end: int, base: int) -> list[int]:
+    """The file offset of each line of ``data[:end]``, and of the end of the last one."""
+    return list(accumulate((len(line) + 1 for line in data[:end].split(b"\n")[:-1]), initial=base))
 
 
 def _explain(
@@ -266,6 +474,10 @@ def _check_record(
     except EntryFormatError as exc:
         return _issue(
             "JOURNAL_MALFORMED_ENTRY", seq, None, f"entry at byte {record.offset}: {exc.message}"
+        )
+    except CanonicalError as exc:  # meta is JSON that no canonical form can hold
+        return _issue(
+            "JOURNAL_MALFORMED_ENTRY", seq, None, f"entry at byte {record.offset}: meta: {exc}"
         )
     issue = checker.check(entry)
     if issue is not None:
