@@ -100,3 +100,12 @@ def test_chain_checker_flags_each_break() -> None:
 def test_entry_hash_is_sha256_of_line() -> None:
     line = _entry()
     assert entry_hash(line) == hashlib.sha256(line).hexdigest()
+
+
+def test_meta_outside_the_i_json_range_is_a_format_error() -> None:
+    line = (
+        b'{"i":0,"kind":"run.start","meta":{"n":9007199254740993},"payload":null,'
+        b'"prev":null,"run":"r","seq":0,"ts":1,"v":1}'
+    )
+    with pytest.raises(EntryFormatError, match="meta"):
+        parse_entry(line)

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from tracelock.core.canonical import dumps
-from tracelock.errors import StoreError
+from tracelock.errors import CanonicalError, StoreError
 
 __all__ = [
     "ADMIN_RUN",
@@ -219,7 +219,11 @@ def parse_entry(line: bytes) -> Entry:
             meta = orjson.loads(meta_text)
         except orjson.JSONDecodeError as exc:
             raise EntryFormatError(f"meta is not JSON: {exc}") from None
-        if not isinstance(meta, dict) or not meta or dumps(meta) != meta_text:
+        try:
+            canonical = isinstance(meta, dict) and bool(meta) and dumps(meta) == meta_text
+        except CanonicalError as exc:  # e.g. an integer outside the I-JSON range
+            raise EntryFormatError(f"meta cannot be canonical: {exc.message}") from None
+        if not canonical:
             raise EntryFormatError("meta must be a non-empty object in canonical form")
     return Entry(
         seq,
