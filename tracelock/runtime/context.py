@@ -722,11 +722,10 @@ class RunContext:
             return
         usage = response.get("usage")
         if isinstance(usage, dict):
-            tokens = sum(
-                value
-                for key, value in usage.items()
-                if key in ("input_tokens", "output_tokens") and isinstance(value, int)
-            )
+            tokens = 0
+            for key, value in usage.items():
+                if key in ("input_tokens", "output_tokens") and isinstance(value, int):
+                    tokens += value
             self._counters.tokens += tokens
         cost = response.get("cost_micro_usd")
         if isinstance(cost, int) and not isinstance(cost, bool):
