@@ -283,3 +283,21 @@ def test_erasing_without_a_redaction_entry_is_detected(store: DirectoryStore) ->
 def test_clock_is_injected(store_dir: Path) -> None:
     with DirectoryStore(store_dir, clock=TickClock(start=41)) as store:
         assert store.append("r", "run.start").ts == 42
+
+
+def test_payloads_stored_before_opening_or_evicted_are_still_found(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh store answers payload look-ups from its cache alone; once the cache has
+    evicted, or for payloads stored before the store was opened, the index answers."""
+    monkeypatch.setattr("tracelock.storage.directory._PAYLOAD_CACHE", 4)
+    with DirectoryStore(store_dir) as store:
+        first = [store.append(f"r{n}", "effect", payload={"n": n}) for n in range(10)]
+        # "n": 0 was evicted from the cache: appending it again must not store it twice.
+        again = store.append("r99", "effect", payload={"n": 0})
+        assert again.payload == first[0].payload
+        assert store.get_payload(first[0].payload or "") == {"n": 0}
+    with DirectoryStore(store_dir) as store:
+        store.append("r100", "effect", payload={"n": 1})
+        store.sync()
+        assert len([r for r in _records(store_dir) if r.kind == PAYLOAD]) == 10

@@ -132,6 +132,9 @@ class DirectoryStore:
         self._payloads: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._pending = _PendingIndex()
         self._filter: PayloadFilter | None = None  # built on the first payload look-up
+        #: True while every payload of the store is in ``_payloads`` (the store had none
+        #: when opened, and the cache has not evicted any): a miss there is then an answer.
+        self._payloads_complete = False
         self._tail_fragment: tuple[int, int] | None = None
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
@@ -154,6 +157,7 @@ class DirectoryStore:
             self._index = self._open_index()
             end = self._catch_up()
             self._next_seq = self._index.entry_count
+            self._payloads_complete = not self._index.has_payloads()
             self._tree: MerkleTreeFile | None = None
             if self._owns_lock:
                 self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
@@ -459,7 +463,7 @@ class DirectoryStore:
         durable: bool = True,
         new_run: bool = False,
     ) -> Entry:
-        return self.append_many([NewEntry(run, kind, payload, meta, new_run)], durable=durable)[0]
+        return self.append_many((NewEntry(run, kind, payload, meta, new_run),), durable=durable)[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
         out, end, backlog = self._enqueue(items)
@@ -485,7 +489,11 @@ class DirectoryStore:
     ) -> Entry:
         """:meth:`append` (durable) for a coroutine: concurrent tasks of one event loop
         share each ``fdatasync`` (see ``GroupCommitLog.wait_durable_async``)."""
-        return (await self.append_many_async([NewEntry(run, kind, payload, meta, new_run)]))[0]
+        out, end, backlog = self._enqueue((NewEntry(run, kind, payload, meta, new_run),))
+        await self._writer().wait_durable_async(end)
+        if backlog:
+            self._flush_index()
+        return out[0]
 
     async def append_many_async(self, items: Sequence[NewEntry]) -> list[Entry]:
         out, end, backlog = self._enqueue(items)
@@ -670,21 +678,29 @@ class DirectoryStore:
             self._filter.add(digest)
         if len(self._payloads) > _PAYLOAD_CACHE:
             self._payloads.popitem(last=False)
+            self._payloads_complete = False
 
     def _payload_location(self, digest: bytes) -> tuple[int, int] | None:
         location = self._payloads.get(digest)
         if location is not None:
             self._payloads.move_to_end(digest)
             return location
+        if self._payloads_complete:
+            return None
         if self._filter is None:
             with self._index_lock:
                 self._filter = PayloadFilter(self._index.payload_count() * 2)
                 self._filter.update(self._index.payload_hashes())
+                self._filter.update(row.hash for _, row in self._pending.payloads)
                 self._filter.update(self._payloads)
         if not self._filter.may_contain(digest):
             return None
         with self._index_lock:
             location = self._index.payload_location(digest)
+        if location is None:
+            # Queued but not indexed yet, and already gone from the cache (rare: the cache
+            # is much larger than an index batch).
+            location = next(((row.offset, row.length) for _, row in self._pending.payloads if row.hash == digest), None)
         if location is not None:
             self._remember_payload(digest, *location)
         return location

@@ -83,6 +83,9 @@ class Index:
         if not read_only:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=OFF")
+            # Only the holder of the store's writer lock opens this file (other readers
+            # build a private index in memory), so SQLite's own file locking is dead weight.
+            self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
             self._db.executescript(_SCHEMA)
             if self.get_meta("schema") != _SCHEMA_VERSION:
                 self.reset()
@@ -270,6 +273,9 @@ class Index:
             "SELECT offset, length FROM payloads WHERE hash = ?", (digest,)
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
+
+    def has_payloads(self) -> bool:
+        return bool(self._db.execute("SELECT EXISTS (SELECT 1 FROM payloads)").fetchone()[0])
 
     def payload_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM payloads").fetchone()[0])
