@@ -10,9 +10,9 @@ The file holds two kinds of newline-terminated records:
 Canonical JSON never contains a raw newline, so records split unambiguously on ``\\n``.
 Payloads live in the same file as entries so that one ``fdatasync`` makes both durable.
 
-The writer keeps free space at the end of the file, filled with NUL bytes and made durable
-ahead of time (see ``GroupCommitLog``): overwriting blocks that already exist lets an
-``fdatasync`` skip the file-system metadata commit that growing the file would need. No record
+The writer keeps free space at the end of the file, filled with NUL bytes ahead of the data
+(see ``GroupCommitLog``): overwriting blocks that already exist lets an ``fdatasync`` skip
+the file-system metadata commit that growing the file would need. No record
 contains a NUL byte (canonical JSON escapes it), so the journal's data ends where the file's
 all-NUL suffix begins: :func:`data_end`.
 """
@@ -152,7 +152,7 @@ class GroupCommitLog:
     end of the data with :func:`data_end`.
     """
 
-    def __init__(self, fd: int, end: int, *, max_buffer: int = 4 << 20, preallocate: bool = True) -> None:
+    def __init__(self, fd: int, end: int, *, max_buffer: int = 4 << 20) -> None:
         self._fd = fd
         self._mutex = threading.Lock()
         self._pending: list[bytes] = []
@@ -160,7 +160,7 @@ class GroupCommitLog:
         self._queued_end = end
         self._written_end = end
         self._durable_end = end
-        self._allocated = os.fstat(fd).st_size if preallocate else -1
+        self._allocated = os.fstat(fd).st_size
         self._leading = False
         self._waiters: list[_Waiter] = []
         self._loop_waiters: dict[asyncio.AbstractEventLoop, list[tuple[int, asyncio.Future[None]]]] = {}
@@ -351,7 +351,7 @@ class GroupCommitLog:
 
     def _write_at(self, data: bytes, offset: int, flags: int = 0) -> None:
         """Write ``data`` at ``offset`` (only the leader, or ``flush`` under the mutex)."""
-        if offset + len(data) > self._allocated >= 0:
+        if offset + len(data) > self._allocated:
             self._grow(offset + len(data))
         view = memoryview(data)
         while view:
