@@ -159,6 +159,11 @@ def run(quick: bool) -> dict[str, Any]:
             measured["eight_tasks"].append(_durable_appends_async(here, 8, 300 if quick else 2500))
         for key, results in measured.items():
             figures[key] = _median_round(results)
+        # How the shared sync scales with more concurrent tasks (one round each).
+        figures["more_tasks"] = [
+            _durable_appends_async(directory / "round-0", tasks, (300 if quick else 20_000) // tasks)
+            for tasks in (16, 32, 64)
+        ]
         figures["fdatasync_us"] = sorted(probes)[len(probes) // 2]
         sizes = [20_000, 100_000] if quick else [100_000, 1_000_000]
         figures["verify"] = {}
@@ -173,6 +178,11 @@ def run(quick: bool) -> dict[str, Any]:
         print(
             f"durable appends, {f['writers']} {what}: {f['appends_per_s']:>7}/s  "
             f"({f['appends_per_fsync']} appends per fsync; {low}-{high}/s over {rounds} rounds)"
+        )
+    for f in figures["more_tasks"]:
+        print(
+            f"durable appends, {f['writers']} async tasks: {f['appends_per_s']:>7}/s  "
+            f"({f['appends_per_fsync']} appends per fsync)"
         )
     for size, f in figures["verify"].items():
         print(
