@@ -7,6 +7,7 @@ import asyncio
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,14 +21,15 @@ def test_concurrent_tasks_share_syncs(store: DirectoryStore, monkeypatch: pytest
     before = store.sync_count
     log = store._log
     assert log is not None
-    real_wait = log.wait_durable_async
+    real_future = log.durable_future
     covered: list[bool] = []
 
-    async def checked(end: int | None = None) -> None:
-        await real_wait(end)
-        covered.append(end is not None and log.durable_end >= end)
+    def checked(end: int, value: Any) -> Any:
+        future = real_future(end, value)
+        future.add_done_callback(lambda done: covered.append(log.durable_end >= end))
+        return future
 
-    monkeypatch.setattr(log, "wait_durable_async", checked)
+    monkeypatch.setattr(log, "durable_future", checked)
 
     async def writer(number: int) -> None:
         for step in range(25):
@@ -65,9 +67,10 @@ def test_a_failed_sync_reaches_every_waiting_task(store: DirectoryStore, monkeyp
     monkeypatch.setattr(os, "pwritev", failing)  # the write that syncs itself (RWF_DSYNC)
 
     async def main() -> list[object]:
-        return await asyncio.gather(
+        results: list[object] = await asyncio.gather(
             *(store.append_async(f"r{number}", "effect") for number in range(4)), return_exceptions=True
         )
+        return results
 
     results = asyncio.run(main())
     assert len(results) == 4 and all(isinstance(result, DurabilityError) for result in results)
@@ -77,5 +80,9 @@ def test_a_failed_sync_reaches_every_waiting_task(store: DirectoryStore, monkeyp
 
 def test_a_read_only_store_refuses_async_appends(store_dir: Path) -> None:
     DirectoryStore(store_dir).close()
+
+    async def main(reader: DirectoryStore) -> None:
+        await reader.append_async("r", "run.start")
+
     with DirectoryStore(store_dir, read_only=True) as reader, pytest.raises(StoreReadOnlyError):
-        asyncio.run(reader.append_async("r", "run.start"))
+        asyncio.run(main(reader))

@@ -17,7 +17,7 @@ so that the same run produces the same entries, hashes and fingerprint on any ba
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -125,7 +125,7 @@ class Store(Protocol):
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]: ...
 
-    async def append_async(
+    def append_async(
         self,
         run: str,
         kind: str,
@@ -133,9 +133,9 @@ class Store(Protocol):
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         new_run: bool = False,
-    ) -> Entry: ...
+    ) -> Awaitable[Entry]: ...
 
-    async def append_many_async(self, items: Sequence[NewEntry]) -> list[Entry]: ...
+    def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]: ...
 
     def sync(self) -> None: ...
 

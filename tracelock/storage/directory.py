@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -478,7 +478,7 @@ class DirectoryStore:
             self._flush_index()
         return out
 
-    async def append_async(
+    def append_async(
         self,
         run: str,
         kind: str,
@@ -486,21 +486,21 @@ class DirectoryStore:
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         new_run: bool = False,
-    ) -> Entry:
-        """:meth:`append` (durable) for a coroutine: concurrent tasks of one event loop
-        share each ``fdatasync`` (see ``GroupCommitLog.wait_durable_async``)."""
+    ) -> Awaitable[Entry]:
+        """:meth:`append` (durable) for a coroutine, to be awaited: concurrent tasks of one
+        event loop share each ``fdatasync`` (see ``GroupCommitLog.durable_future``). The
+        entry is queued when this is called; the await returns it once it is durable."""
         out, end, backlog = self._enqueue((NewEntry(run, kind, payload, meta, new_run),))
-        await self._writer().wait_durable_async(end)
         if backlog:
-            self._flush_index()
-        return out[0]
+            self._flush_index()  # rows of bytes already written; this entry's wait for later
+        return self._writer().durable_future(end, out[0])
 
-    async def append_many_async(self, items: Sequence[NewEntry]) -> list[Entry]:
+    def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
+        """:meth:`append_many` (durable) for a coroutine, like :meth:`append_async`."""
         out, end, backlog = self._enqueue(items)
-        await self._writer().wait_durable_async(end)
         if backlog:
             self._flush_index()
-        return out
+        return self._writer().durable_future(end, out)
 
     def _enqueue(self, items: Sequence[NewEntry]) -> tuple[list[Entry], int, bool]:
         """Build the entries and queue their bytes; return them, the queue's end, and
