@@ -33,6 +33,16 @@ print(json.dumps({"entries": report.entries, "seconds": elapsed, "rss_before_kb"
 """
 
 
+def _append_figures(writers: int, total: int, elapsed: float, syncs: int) -> dict[str, Any]:
+    return {
+        "writers": writers,
+        "appends": total,
+        "appends_per_s": round(total / elapsed),
+        "fsyncs": syncs,
+        "appends_per_fsync": round(total / max(syncs, 1), 1),
+    }
+
+
 def _durable_appends(directory: Path, writers: int, per_writer: int) -> dict[str, Any]:
     store = DirectoryStore(directory / f"appends-{writers}")
     barrier = threading.Barrier(writers + 1)
@@ -51,16 +61,9 @@ def _durable_appends(directory: Path, writers: int, per_writer: int) -> dict[str
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    total = writers * per_writer
     syncs = store.sync_count - syncs_before
     store.close()
-    return {
-        "writers": writers,
-        "appends": total,
-        "appends_per_s": round(total / elapsed),
-        "fsyncs": syncs,
-        "appends_per_fsync": round(total / max(syncs, 1), 1),
-    }
+    return _append_figures(writers, writers * per_writer, elapsed, syncs)
 
 
 def _durable_appends_async(directory: Path, writers: int, per_writer: int) -> dict[str, Any]:
@@ -78,16 +81,9 @@ def _durable_appends_async(directory: Path, writers: int, per_writer: int) -> di
 
     syncs_before = store.sync_count
     elapsed = asyncio.run(main())
-    total = writers * per_writer
     syncs = store.sync_count - syncs_before
     store.close()
-    return {
-        "writers": writers,
-        "appends": total,
-        "appends_per_s": round(total / elapsed),
-        "fsyncs": syncs,
-        "appends_per_fsync": round(total / max(syncs, 1), 1),
-    }
+    return _append_figures(writers, writers * per_writer, elapsed, syncs)
 
 
 def _build_journal(path: Path, entries: int) -> None:
