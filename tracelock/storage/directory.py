@@ -492,7 +492,7 @@ class DirectoryStore:
         entry is queued when this is called; the await returns it once it is durable."""
         out, end, backlog = self._enqueue((NewEntry(run, kind, payload, meta, new_run),))
         if backlog:
-            self._flush_index()  # rows of bytes already written; this entry's wait for later
+            self._flush_index()  # the rows of bytes already written (not yet this entry's)
         return self._writer().durable_future(end, out[0])
 
     def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
