@@ -728,7 +728,7 @@ class DirectoryStore:
         self._prepare_read()
         with self._index_lock:
             rows = self._index.runs(limit=limit, status=status)
-        return [_run_info(row) for row in rows if row.run != ADMIN_RUN]
+        return [row for row in rows if row.run != ADMIN_RUN]
 
     def run_info(self, run: str) -> RunInfo:
         self._prepare_read()
@@ -736,7 +736,7 @@ class DirectoryStore:
             row = self._index.run(run)
         if row is None:
             raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
-        return _run_info(row)
+        return row
 
     def entries(self, run: str) -> list[Entry]:
         self._prepare_read()
@@ -884,17 +884,3 @@ class DirectoryStore:
 
 def _end_of(item: tuple[int, Any]) -> int:
     return item[0]
-
-
-def _run_info(row: Any) -> RunInfo:
-    return RunInfo(
-        run=row.run,
-        agent=row.agent,
-        parent=row.parent,
-        status=row.status,
-        started_ts=row.started_ts,
-        updated_ts=row.updated_ts,
-        entries=row.entries,
-        first_seq=row.first_seq,
-        last_seq=row.last_seq,
-    )

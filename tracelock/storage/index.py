@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tracelock.core.entry import TERMINAL_KINDS, Entry
+from tracelock.storage.backend import RunInfo
 
-__all__ = ["Index", "IndexedPayload", "RunRow"]
+__all__ = ["Index", "IndexedPayload"]
 
 _SCHEMA_VERSION = "1"
 
@@ -52,18 +52,8 @@ CREATE TABLE IF NOT EXISTS payloads (
 """
 
 
-@dataclass(frozen=True, slots=True)
-class RunRow:
-    run: str
-    agent: str | None
-    parent: str | None
-    status: str
-    started_ts: int
-    updated_ts: int
-    first_seq: int
-    last_seq: int
-    entries: int
-    last_hash: str
+#: The columns of a run row, in the order of :class:`RunInfo`'s fields.
+_RUN_INFO_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
 
 
 class IndexedPayload(NamedTuple):
@@ -217,11 +207,10 @@ class Index:
                 known[str(run)] = int(row_id)
         return known
 
-    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunRow]:
+    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]:
         """Runs, newest first (by start time, then journal position)."""
         query = (
-            "SELECT run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, "
-            "entries, last_hash FROM runs"
+            f"SELECT {_RUN_INFO_COLUMNS} FROM runs"
         )
         args: list[Any] = []
         if status is not None:
@@ -231,15 +220,14 @@ class Index:
         if limit is not None:
             query += " LIMIT ?"
             args.append(limit)
-        return [RunRow(*row) for row in self._db.execute(query, args)]
+        return [RunInfo(*row) for row in self._db.execute(query, args)]
 
-    def run(self, run: str) -> RunRow | None:
+    def run(self, run: str) -> RunInfo | None:
         row = self._db.execute(
-            "SELECT run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, "
-            "entries, last_hash FROM runs WHERE run = ?",
+            f"SELECT {_RUN_INFO_COLUMNS} FROM runs WHERE run = ?",
             (run,),
         ).fetchone()
-        return None if row is None else RunRow(*row)
+        return None if row is None else RunInfo(*row)
 
     def head_state(self, run: str) -> tuple[int, str, bool] | None:
         """(index, hash, closed) of the last entry of a run; None if the run is unknown."""

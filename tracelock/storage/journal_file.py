@@ -141,7 +141,7 @@ class GroupCommitLog:
     error poisons the log: every waiter and every later call gets the same
     :class:`DurabilityError`.
 
-    Coroutines wait with :meth:`wait_durable_async`: the waits of one event loop are
+    Coroutines wait on :meth:`durable_future`: the waits of one event loop are
     gathered and settled by one commit that runs on that loop once the tasks ready to run
     have run, so concurrent tasks share an ``fdatasync`` without any thread hand-off.
 
@@ -243,10 +243,6 @@ class GroupCommitLog:
                 loop.call_soon(self._commit_for, loop)
             waiting.append((end, future, value))
         return future
-
-    async def wait_durable_async(self, end: int | None = None) -> None:
-        """Like :meth:`wait_durable`, for a coroutine: the event loop keeps running others."""
-        await self.durable_future(self._queued_end if end is None else end, None)
 
     def _commit_for(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._mutex:
