@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.storage.conftest import TickClock, record_run
+from tracelock import merkle
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import (
@@ -301,3 +303,41 @@ def test_payloads_stored_before_opening_or_evicted_are_still_found(
         store.append("r100", "effect", payload={"n": 1})
         store.sync()
         assert len([r for r in _records(store_dir) if r.kind == PAYLOAD]) == 10
+
+
+def _journal_leaves(store_dir: Path) -> list[bytes]:
+    """RFC 9162 leaf hashes of the journal's entry lines, computed here from the file."""
+    lines = (store_dir / "journal.log").read_bytes().rstrip(b"\0").split(b"\n")
+    return [hashlib.sha256(b"\0" + line).digest() for line in lines if line.startswith(b"{")]
+
+
+def test_the_merkle_tree_is_built_when_asked_and_rebuilt_when_damaged(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        for number in range(40):
+            store.append(f"run-{number % 3}", "effect", payload={"n": number}, durable=False)
+    # Appends and close leave the tree alone: nothing asked for it.
+    assert not (store_dir / "merkle" / "head").exists()
+    with DirectoryStore(store_dir) as store:
+        assert store.tree_root() == merkle.root(_journal_leaves(store_dir))
+        assert store.tree_size() == 40
+    with DirectoryStore(store_dir) as store:
+        store.append("run-9", "effect", payload={"n": 40})
+        assert store.tree_size() == 41
+    level = store_dir / "merkle" / "level-04.bin"
+    level.write_bytes(b"\xff" * level.stat().st_size)
+    with DirectoryStore(store_dir) as store:
+        assert store.tree_root() == merkle.root(_journal_leaves(store_dir))
+
+
+def test_a_repaired_tail_cuts_the_merkle_tree_back(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        for number in range(20):
+            store.append("run-1", "effect", payload={"n": number})
+        assert store.tree_size() == 20
+    journal = store_dir / "journal.log"
+    data = journal.read_bytes()
+    journal.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 1] + b'{"i":19,"kind"')  # torn last entry
+    with DirectoryStore(store_dir) as store:
+        assert [repair.what for repair in store.repairs] == ["torn tail: last record has no newline"]
+        assert store.tree_size() == 19
+        assert store.tree_root() == merkle.root(_journal_leaves(store_dir))

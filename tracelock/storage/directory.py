@@ -73,7 +73,6 @@ STORE_VERSION = 1
 
 _INDEX_BATCH = 2048
 _PAYLOAD_CACHE = 65536
-_TREE_BACKLOG = 1 << 16
 _NUL = b"\0"
 #: How far back from the data's end a hole of NUL bytes still counts as a torn write: twice
 #: the most the writer hands the kernel between syncs in one batch.
@@ -356,17 +355,14 @@ class DirectoryStore:
 
     # -- the Merkle tree ---------------------------------------------------------------
     def _sync_tree(self) -> None:
-        """Bring the tree (a cache, like the index) to the journal's size."""
+        """At open: cut the tree (a cache, like the index) back if the journal lost
+        entries it covers (a repaired tail). It grows only when asked (``_catch_up_tree``)."""
         tree = self._tree
         assert tree is not None
         count = self._index.entry_count
-        if tree.problem is not None:
-            tree.rebuild(self._iter_leaf_hashes(0))
-        elif tree.size > count:
+        if tree.problem is None and tree.size > count:
             tree.truncate(count)
-        elif tree.size < count:
-            tree.append(self._iter_leaf_hashes(tree.size))
-        tree.flush()
+            tree.flush()
 
     def _iter_leaf_hashes(self, start_seq: int) -> Iterator[bytes]:
         location = self._index.entry_location(start_seq) if start_seq else (0, 0)
@@ -389,10 +385,19 @@ class DirectoryStore:
         return hashes
 
     def _catch_up_tree(self) -> None:
-        """Bring the tree up to the index (holding the index lock): the leaves of entries
-        indexed since are hashed here, from the journal, not on the path of an append."""
+        """Bring the tree up to the index (holding the index lock). Only a Merkle query
+        (checkpoints, proofs) calls this: the leaves are hashed from the journal then, in
+        one pass, never on the path of an append, and a store nobody asks for proofs
+        never pays for its tree."""
         tree = self._tree
-        if tree is not None and tree.size < self._index.entry_count:
+        if tree is None:
+            return
+        count = self._index.entry_count
+        if tree.problem is not None:
+            tree.rebuild(self._iter_leaf_hashes(0))
+        elif tree.size > count:
+            tree.truncate(count)
+        elif tree.size < count:
             tree.append(self._iter_leaf_hashes(tree.size))
 
     def _merkle(self) -> MerkleTreeFile:
@@ -656,10 +661,6 @@ class DirectoryStore:
         del pending.entries[:cut_entries], pending.payloads[:cut_payloads]
         with self._index_lock:
             self._index.add(entries, payloads, journal_end=journal_end)
-            # The tree is a cache: it catches up when a Merkle query (or close) needs it, or
-            # when it lags far behind, so building it costs nothing on the path of an append.
-            if self._tree is not None and self._index.entry_count - self._tree.size >= _TREE_BACKLOG:
-                self._catch_up_tree()
         for entry, _ in entries:
             if entry.kind in TERMINAL_KINDS:
                 self._closed_here.discard(entry.run)
@@ -851,10 +852,6 @@ class DirectoryStore:
                 finally:
                     with self._lock:
                         self._flush_pending_locked()
-            if self._tree is not None:
-                with self._index_lock:
-                    self._catch_up_tree()
-                self._tree.flush()
         finally:
             self._closed = True
             self._release()

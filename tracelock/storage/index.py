@@ -1,5 +1,11 @@
 """The store index: a SQLite cache answering "list runs" and "entries of run X" quickly.
 
+Entry locations are not one row per entry: each batch of entries (consecutive sequence
+numbers, as the journal holds them) adds one ``seq_blocks`` row packing every entry's
+(offset, length), and one ``run_spans`` row per run it touches, packing that run's. A SQLite
+row costs about as much CPU as the rest of an append; two rows per batch cost next to
+nothing, and both questions ("entry number N", "entries of run X") stay one query.
+
 The index is derived data. It is never fsynced (``synchronous=OFF``) and may be lost or
 stale at any time: it records how far into the journal it reaches (``journal_end``, and
 the hash of the last entry it covers), and the store catches it up from there, or
@@ -8,7 +14,9 @@ rebuilds it from scratch when it does not match the journal.
 
 from __future__ import annotations
 
+import operator
 import sqlite3
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,7 +26,7 @@ from tracelock.storage.backend import RunInfo
 
 __all__ = ["Index", "IndexedPayload"]
 
-_SCHEMA_VERSION = "1"
+_SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,13 +45,16 @@ CREATE TABLE IF NOT EXISTS runs (
     closed INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_ts, first_seq);
-CREATE TABLE IF NOT EXISTS entries (
-    seq INTEGER PRIMARY KEY,
-    run_id INTEGER NOT NULL,
-    offset INTEGER NOT NULL,
-    length INTEGER NOT NULL
+CREATE TABLE IF NOT EXISTS seq_blocks (
+    first_seq INTEGER PRIMARY KEY,
+    locations BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS entries_by_run ON entries (run_id, seq);
+CREATE TABLE IF NOT EXISTS run_spans (
+    run_id INTEGER NOT NULL,
+    first_seq INTEGER NOT NULL,
+    locations BLOB NOT NULL,
+    PRIMARY KEY (run_id, first_seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS payloads (
     hash BLOB PRIMARY KEY,
     offset INTEGER NOT NULL,
@@ -51,6 +62,11 @@ CREATE TABLE IF NOT EXISTS payloads (
 ) WITHOUT ROWID;
 """
 
+
+#: One entry's location in a packed ``locations`` blob: (offset, length), little-endian.
+_LOCATION = struct.Struct("<QI")
+
+_hash_of = operator.itemgetter(0)
 
 #: The columns of a run row, in the order of :class:`RunInfo`'s fields.
 _RUN_INFO_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
@@ -86,8 +102,9 @@ class Index:
     def reset(self) -> None:
         """Forget everything (before a rebuild)."""
         self._db.executescript(
-            "DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS entries; "
-            "DROP TABLE IF EXISTS payloads; DROP TABLE IF EXISTS meta;"
+            # ``entries``: the one-row-per-entry table of schema version 1.
+            "DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS seq_blocks; "
+            "DROP TABLE IF EXISTS run_spans; DROP TABLE IF EXISTS payloads; DROP TABLE IF EXISTS meta;"
         )
         self._db.executescript(_SCHEMA)
         self._set_meta({"schema": _SCHEMA_VERSION, "journal_end": "0", "entries": "0", "last_hash": ""})
@@ -131,13 +148,11 @@ class Index:
                 # In key order: hashes are random, and inserting them sorted walks the
                 # B-tree's pages once instead of jumping between them (about a third cheaper).
                 db.executemany(
-                    "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)", sorted(payloads)
+                    "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
+                    sorted(payloads, key=_hash_of),
                 )
-            run_ids = self._upsert_runs(entries)
-            db.executemany(
-                "INSERT OR REPLACE INTO entries (seq, run_id, offset, length) VALUES (?, ?, ?, ?)",
-                [(entry.seq, run_ids[entry.run], offset, len(entry.line)) for entry, offset in entries],
-            )
+            if entries:
+                self._add_entries(entries)
             meta = {"journal_end": str(journal_end)}
             if entries:
                 last = entries[-1][0]
@@ -149,17 +164,30 @@ class Index:
             db.execute("ROLLBACK")
             raise
 
-    def _upsert_runs(self, entries: Sequence[tuple[Entry, int]]) -> dict[str, int]:
+    def _add_entries(self, entries: Sequence[tuple[Entry, int]]) -> None:
+        first_seq = entries[0][0].seq
+        if first_seq != self.entry_count or entries[-1][0].seq != first_seq + len(entries) - 1:
+            raise ValueError("index batches must continue the journal's sequence numbers without gaps")
+        pack = _LOCATION.pack
+        packed = [pack(offset, len(entry.line)) for entry, offset in entries]
+        self._db.execute("INSERT INTO seq_blocks (first_seq, locations) VALUES (?, ?)", (first_seq, b"".join(packed)))
+        spans = self._upsert_runs(entries, packed)
+        self._db.executemany("INSERT INTO run_spans (run_id, first_seq, locations) VALUES (?, ?, ?)", spans)
+
+    def _upsert_runs(
+        self, entries: Sequence[tuple[Entry, int]], packed: list[bytes]
+    ) -> list[tuple[int, int, bytes]]:
         """Fold a batch's entries into one row update per run (two statements per batch,
-        not one per entry); returns each run's row id."""
-        # run -> [first entry, last entry, count, last status seen, first agent seen]
+        not one per entry); returns each run's ``run_spans`` row."""
+        # run -> [first entry, last entry, count, last status seen, first agent seen, locations]
         batch: dict[str, list[Any]] = {}
-        for entry, _ in entries:
+        for (entry, _), location in zip(entries, packed, strict=True):
             fold = batch.get(entry.run)
             if fold is None:
-                fold = batch[entry.run] = [entry, entry, 0, None, None]
+                fold = batch[entry.run] = [entry, entry, 0, None, None, []]
             fold[1] = entry
             fold[2] += 1
+            fold[5].append(location)
             meta = entry.meta
             if meta:
                 status = meta.get("status")
@@ -172,7 +200,7 @@ class Index:
         known = self._run_ids(list(batch))
         new_rows = []
         updates = []
-        for run, (first, last, count, status, agent) in batch.items():
+        for run, (first, last, count, status, agent, _) in batch.items():
             closes = int(last.kind in TERMINAL_KINDS)
             if run in known:
                 updates.append((status, agent, last.ts, last.seq, count, last.hash, closes, known[run]))
@@ -196,7 +224,7 @@ class Index:
                 new_rows,
             )
             known.update(self._run_ids([row[0] for row in new_rows]))
-        return known
+        return [(known[run], fold[0].seq, b"".join(fold[5])) for run, fold in batch.items()]
 
     def _run_ids(self, names: list[str]) -> dict[str, int]:
         known: dict[str, int] = {}
@@ -247,18 +275,26 @@ class Index:
 
     def entry_locations(self, run: str) -> list[tuple[int, int]]:
         """(offset, length) of every entry of ``run``, in order."""
-        return [
-            (int(offset), int(length))
-            for offset, length in self._db.execute(
-                "SELECT e.offset, e.length FROM entries e JOIN runs r ON r.id = e.run_id "
-                "WHERE r.run = ? ORDER BY e.seq",
-                (run,),
-            )
-        ]
+        rows = self._db.execute(
+            "SELECT s.locations FROM run_spans s JOIN runs r ON r.id = s.run_id "
+            "WHERE r.run = ? ORDER BY s.first_seq",
+            (run,),
+        )
+        return [location for (blob,) in rows for location in _LOCATION.iter_unpack(blob)]
 
     def entry_location(self, seq: int) -> tuple[int, int] | None:
-        row = self._db.execute("SELECT offset, length FROM entries WHERE seq = ?", (seq,)).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]))
+        row = self._db.execute(
+            "SELECT first_seq, locations FROM seq_blocks WHERE first_seq <= ? ORDER BY first_seq DESC LIMIT 1",
+            (seq,),
+        ).fetchone()
+        if row is None:
+            return None
+        at = (seq - int(row[0])) * _LOCATION.size
+        blob = row[1]
+        if at + _LOCATION.size > len(blob):
+            return None
+        offset, length = _LOCATION.unpack_from(blob, at)
+        return offset, length
 
     def payload_location(self, digest: bytes) -> tuple[int, int] | None:
         row = self._db.execute(
