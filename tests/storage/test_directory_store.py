@@ -14,6 +14,7 @@ import pytest
 from tests.storage.conftest import TickClock, record_run
 from tracelock import merkle
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND
+from tracelock.storage.backend import NewEntry
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import (
     DurabilityError,
@@ -341,3 +342,36 @@ def test_a_repaired_tail_cuts_the_merkle_tree_back(store_dir: Path) -> None:
         assert [repair.what for repair in store.repairs] == ["torn tail: last record has no newline"]
         assert store.tree_size() == 19
         assert store.tree_root() == merkle.root(_journal_leaves(store_dir))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        NewEntry("run-1", "Not A Kind", {"n": 3}),  # refused while the entry is built
+        NewEntry("run-1", "effect", {"n": 3}, new_run=True),  # the run exists
+        NewEntry("run-2", "effect", {"n": 3}),  # run-2 ends earlier in the same batch
+    ],
+)
+def test_a_batch_with_a_bad_item_changes_nothing(store_dir: Path, bad: NewEntry) -> None:
+    with DirectoryStore(store_dir) as store:
+        store.append("run-1", "effect", payload={"n": 0})
+        store.append("run-2", "run.start", payload={"n": 0})
+        with pytest.raises(StoreError):
+            store.append_many(
+                [
+                    NewEntry("run-1", "effect", {"n": 1}),
+                    NewEntry("run-2", "run.end", {"n": 2}),
+                    NewEntry("run-3", "effect", {"shared": True}),
+                    bad,
+                ]
+            )
+        # Nothing of the batch was queued or remembered: the chains go on where they were.
+        after = store.append("run-1", "effect", payload={"n": 1})
+        assert (after.seq, after.i) == (2, 1)
+        assert store.append("run-2", "effect", payload={"n": 2}).i == 1
+        assert store.append("run-3", "effect", payload={"shared": True}).i == 0
+        assert [entry.i for entry in store.entries("run-1")] == [0, 1]
+    with DirectoryStore(store_dir, read_only=True) as reader:
+        report = verify_store(reader)
+        assert report.ok, report.issue
+        assert report.entries == 5

@@ -133,11 +133,10 @@ def encode_entry(
         raise EntryFormatError(f"payload must be a hex SHA-256 digest, got {payload!r}")
     if prev is not None and not _HEX64.fullmatch(prev):
         raise EntryFormatError(f"prev must be a hex SHA-256 digest, got {prev!r}")
-    return build_entry(seq=seq, run=run, i=i, kind=kind, payload=payload, prev=prev, ts=ts, meta=meta)
+    return build_entry(seq, run, i, kind, payload, prev, ts, meta)
 
 
 def build_entry(
-    *,
     seq: int,
     run: str,
     i: int,
@@ -148,7 +147,8 @@ def build_entry(
     meta: dict[str, Any] | None = None,
 ) -> Entry:
     """:func:`encode_entry` for a caller whose ``payload`` and ``prev`` are hex digests it
-    computed itself (a store's append path): everything else is still checked."""
+    computed itself (a store's append path): everything else is still checked. Positional,
+    unlike ``encode_entry``: it runs once per append."""
     if run not in _VALID_RUNS:
         if not _RUN_ID.fullmatch(run):
             raise EntryFormatError(f"invalid run id {run!r}")

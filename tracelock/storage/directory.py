@@ -71,6 +71,10 @@ __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 STORE_FORMAT = "tracelock-store"
 STORE_VERSION = 1
 
+#: The fields of a :class:`NewEntry` (run, kind, payload, meta, new_run): the single-entry
+#: appends pass a plain tuple, cheaper to build than the named one.
+_Item = tuple[str, str, Any, dict[str, Any] | None, bool]
+
 _INDEX_BATCH = 2048
 _PAYLOAD_CACHE = 65536
 _NUL = b"\0"
@@ -293,7 +297,7 @@ class DirectoryStore:
             if item.kind == ENTRY:
                 entries.append((parse_entry(item.data), item.offset))
             elif item.kind == PAYLOAD:
-                payloads.append(IndexedPayload(bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data)))
+                payloads.append((bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data)))
             if len(entries) + len(payloads) >= 50_000:
                 self._index.add(entries, payloads, journal_end=end)
                 entries, payloads = [], []
@@ -468,10 +472,13 @@ class DirectoryStore:
         durable: bool = True,
         new_run: bool = False,
     ) -> Entry:
-        return self.append_many((NewEntry(run, kind, payload, meta, new_run),), durable=durable)[0]
+        return self._settle(self._enqueue(((run, kind, payload, meta, new_run),)), durable)[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
-        out, end, backlog = self._enqueue(items)
+        return self._settle(self._enqueue(items), durable)
+
+    def _settle(self, queued: tuple[list[Entry], int, bool], durable: bool) -> list[Entry]:
+        out, end, backlog = queued
         log = self._writer()
         if durable:
             log.wait_durable(end)
@@ -495,7 +502,7 @@ class DirectoryStore:
         """:meth:`append` (durable) for a coroutine, to be awaited: concurrent tasks of one
         event loop share each ``fdatasync`` (see ``GroupCommitLog.durable_future``). The
         entry is queued when this is called; the await returns it once it is durable."""
-        out, end, backlog = self._enqueue((NewEntry(run, kind, payload, meta, new_run),))
+        out, end, backlog = self._enqueue(((run, kind, payload, meta, new_run),))
         if backlog:
             self._flush_index()  # the rows of bytes already written (not yet this entry's)
         return self._writer().durable_future(end, out[0])
@@ -507,75 +514,88 @@ class DirectoryStore:
             self._flush_index()
         return self._writer().durable_future(end, out)
 
-    def _enqueue(self, items: Sequence[NewEntry]) -> tuple[list[Entry], int, bool]:
+    def _enqueue(self, items: Sequence[_Item]) -> tuple[list[Entry], int, bool]:
         """Build the entries and queue their bytes; return them, the queue's end, and
         whether enough index rows are pending to be worth a flush.
 
+        All or nothing: the handle's state (sequence, run heads, payload cache, pending
+        index rows) changes only once every entry of the batch is built, so a bad item
+        (an invalid kind, an ended run) fails the call with nothing half-applied.
+
         This is the whole CPU cost of an append, paid under the GIL by every writer, so it
-        is written for speed: payloads are canonicalized before the lock (a bad payload
-        then fails the whole call before anything is queued), index rows wait as
-        ``(entry, offset)`` pairs, and the bytes go to the log as one buffer.
+        is written for speed: payloads are canonicalized before the lock, index rows wait
+        as ``(entry, offset)`` pairs, and the bytes go to the log as one buffer.
         """
         log = self._writer()
         sha256 = hashlib.sha256
         prepared: list[tuple[bytes, bytes] | None] = []
-        for item in items:
-            if item.payload is NO_PAYLOAD:
+        for _, _, payload, _, _ in items:
+            if payload is NO_PAYLOAD:
                 prepared.append(None)
             else:
-                data = dumps(item.payload)
+                data = dumps(payload)
                 prepared.append((data, sha256(data).digest()))
-        out: list[Entry] = []
         with self._lock:
             self._check_open()
             ts = self._clock()
-            chunks: list[bytes] = []
+            seq = self._next_seq
             offset = base = log.queued_end
             heads = self._heads
-            pending_entries = self._pending.entries
-            for item, stored in zip(items, prepared, strict=True):
-                run = item.run
+            # This batch's effects, applied at the end. A run's head is None once closed.
+            touched: dict[str, tuple[int, str] | None] = {}
+            fresh: dict[bytes, tuple[int, int]] = {}  # payloads this batch stores
+            payload_rows: list[tuple[int, IndexedPayload]] = []
+            entry_rows: list[tuple[int, tuple[Entry, int]]] = []
+            chunks: list[bytes] = []
+            out: list[Entry] = []
+            for (run, kind, _, meta, new_run), stored in zip(items, prepared, strict=True):
                 payload_hex = None
                 if stored is not None:
                     data, digest = stored
                     payload_hex = digest.hex()
-                    if self._payload_location(digest) is None:
+                    if digest not in fresh and self._payload_location(digest) is None:
                         length = len(data) + 66
-                        self._remember_payload(digest, offset, length)
-                        self._pending.payloads.append((offset + length + 1, IndexedPayload(digest, offset, length)))
+                        fresh[digest] = (offset, length)
+                        payload_rows.append((offset + length + 1, (digest, offset, length)))
                         chunks += (b"=", payload_hex.encode(), b" ", data, b"\n")
                         offset += length + 1
-                if item.new_run:
-                    if run in heads or run in self._closed_here:
+                if new_run:
+                    if run in touched or run in heads or run in self._closed_here:
                         raise StoreError(f"run {run!r} already exists", details={"run": run})
                     head = None
+                elif run in touched:
+                    head = touched[run]
+                    if head is None:
+                        raise _ended(run)
                 else:
                     head = heads.get(run) or self._head(run)
-                entry = build_entry(
-                    seq=self._next_seq,
-                    run=run,
-                    i=0 if head is None else head[0] + 1,
-                    kind=item.kind,
-                    payload=payload_hex,
-                    prev=None if head is None else head[1],
-                    ts=ts,
-                    meta=item.meta,
-                )
+                if head is None:
+                    entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
+                else:
+                    entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
                 line = entry.line
                 chunks += (line, b"\n")
                 end = offset + len(line) + 1
-                pending_entries.append((end, (entry, offset)))
+                entry_rows.append((end, (entry, offset)))
                 offset = end
-                self._next_seq += 1
-                if entry.kind in TERMINAL_KINDS:
-                    heads.pop(run, None)
-                    self._closed_here.add(run)
-                else:
-                    heads[run] = (entry.i, entry.hash)
+                seq += 1
+                touched[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
                 out.append(entry)
             start = log.enqueue(b"".join(chunks))
             assert start == base, "journal offsets diverged from the queue"
-            return out, log.queued_end, len(pending_entries) >= _INDEX_BATCH
+            self._next_seq = seq
+            for digest, (at, length) in fresh.items():
+                self._remember_payload(digest, at, length)
+            pending = self._pending
+            pending.payloads += payload_rows
+            pending.entries += entry_rows
+            for run, head in touched.items():
+                if head is None:
+                    heads.pop(run, None)
+                    self._closed_here.add(run)
+                else:
+                    heads[run] = head
+            return out, log.queued_end, len(pending.entries) >= _INDEX_BATCH
 
     def _writer(self) -> GroupCommitLog:
         if self._read_only or self._log is None:
@@ -606,9 +626,7 @@ class DirectoryStore:
             if not closed:
                 self._heads[run] = (last_i, last_hash)
                 return last_i, last_hash
-        raise StoreError(
-            f"run {run!r} has ended; nothing can be appended to it", details={"run": run}
-        )
+        raise _ended(run)
 
     def sync(self) -> None:
         """Make everything appended so far durable."""
@@ -692,7 +710,7 @@ class DirectoryStore:
             with self._index_lock:
                 self._filter = PayloadFilter(self._index.payload_count() * 2)
                 self._filter.update(self._index.payload_hashes())
-                self._filter.update(row.hash for _, row in self._pending.payloads)
+                self._filter.update(row[0] for _, row in self._pending.payloads)
                 self._filter.update(self._payloads)
         if not self._filter.may_contain(digest):
             return None
@@ -701,7 +719,7 @@ class DirectoryStore:
         if location is None:
             # Queued but not indexed yet, and already gone from the cache (rare: the cache
             # is much larger than an index batch).
-            location = next(((row.offset, row.length) for _, row in self._pending.payloads if row.hash == digest), None)
+            location = next(((offset, length) for _, (known, offset, length) in self._pending.payloads if known == digest), None)
         if location is not None:
             self._remember_payload(digest, *location)
         return location
@@ -877,6 +895,10 @@ class DirectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ended(run: str) -> StoreError:
+    return StoreError(f"run {run!r} has ended; nothing can be appended to it", details={"run": run})
 
 
 def _end_of(item: tuple[int, Any]) -> int:

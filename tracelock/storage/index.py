@@ -19,7 +19,7 @@ import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from tracelock.core.entry import TERMINAL_KINDS, Entry
 from tracelock.storage.backend import RunInfo
@@ -72,10 +72,9 @@ _hash_of = operator.itemgetter(0)
 _RUN_INFO_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
 
 
-class IndexedPayload(NamedTuple):
-    hash: bytes
-    offset: int
-    length: int
+#: A payload record's row: (SHA-256 digest, offset of the record, its length without the
+#: newline). A plain tuple: the append path builds one per new payload.
+IndexedPayload = tuple[bytes, int, int]
 
 
 class Index:
