@@ -131,6 +131,16 @@ def _fsync_probe(directory: Path, count: int = 300) -> float:
     return round(statistics.median(samples) * 1e6, 1)
 
 
+def _cpu_probe() -> float:
+    """Milliseconds for a fixed pure-Python loop: how fast this machine runs Python during
+    the pass (it drifts by a third over a day here), to read the other figures against."""
+    started = time.perf_counter()
+    total = 0
+    for number in range(1_000_000):
+        total += number
+    return round((time.perf_counter() - started) * 1000, 1)
+
+
 def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the median throughput, with the range seen over all rounds."""
     ordered = sorted(rounds, key=lambda f: f["appends_per_s"])
@@ -146,10 +156,12 @@ def run(quick: bool) -> dict[str, Any]:
         directory = Path(tmp)
         measured: dict[str, list[dict[str, Any]]] = {"one_writer": [], "eight_writers": [], "eight_tasks": []}
         probes = []
+        cpu_probes = []
         for number in range(rounds):  # interleaved, so a slow spell of the disk hits all alike
             here = directory / f"round-{number}"
             here.mkdir()
             probes.append(_fsync_probe(here))
+            cpu_probes.append(_cpu_probe())
             measured["one_writer"].append(_durable_appends(here, 1, 300 if quick else 2000))
             measured["eight_writers"].append(_durable_appends(here, 8, 300 if quick else 2500))
             measured["eight_tasks"].append(_durable_appends_async(here, 8, 300 if quick else 2500))
@@ -161,6 +173,7 @@ def run(quick: bool) -> dict[str, Any]:
             for tasks in (16, 32, 64)
         ]
         figures["fdatasync_us"] = sorted(probes)[len(probes) // 2]
+        figures["python_loop_1m_ms"] = sorted(cpu_probes)[len(cpu_probes) // 2]
         sizes = [20_000, 100_000] if quick else [100_000, 1_000_000]
         figures["verify"] = {}
         for size in sizes:
@@ -168,6 +181,7 @@ def run(quick: bool) -> dict[str, Any]:
             _build_journal(journal, size)
             figures["verify"][str(size)] = _verify(journal)
     print(f"one fdatasync (overwrite, median): {figures['fdatasync_us']} us")
+    print(f"machine speed: a 1M-step Python loop takes {figures['python_loop_1m_ms']} ms (median)")
     for key, what in (("one_writer", "writer"), ("eight_writers", "threads"), ("eight_tasks", "async tasks")):
         f = figures[key]
         low, high = f["range_per_s"]
