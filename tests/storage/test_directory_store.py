@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,39 @@ def test_index_is_rebuilt_when_lost_or_damaged(store_dir: Path) -> None:
     (store_dir / "index.sqlite").write_bytes(b"this is not sqlite" * 100)
     with DirectoryStore(store_dir) as store:
         assert [(r.run, r.status, r.entries) for r in store.runs()] == expected
+
+
+def test_an_index_of_an_older_schema_is_rebuilt(store_dir: Path) -> None:
+    with DirectoryStore(store_dir) as store:
+        for number in range(5):
+            record_run(store, f"r{number}")
+        expected = {run: [entry.line for entry in store.entries(run)] for run in ("r0", "r4")}
+    with sqlite3.connect(store_dir / "index.sqlite") as db:  # what schema version 1 left
+        db.execute("DROP TABLE seq_blocks")
+        db.execute("DROP TABLE run_spans")
+        db.execute("CREATE TABLE entries (seq INTEGER PRIMARY KEY, run_id INTEGER, offset INTEGER, length INTEGER)")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    db.close()
+    with DirectoryStore(store_dir) as store:
+        assert {run: [entry.line for entry in store.entries(run)] for run in expected} == expected
+        assert store.entry_at(19).kind == "run.end"
+        assert store.size() == 20
+
+
+def test_entry_locations_span_many_index_batches(store_dir: Path) -> None:
+    """A run whose entries reach the index in many flushes, interleaved with other runs."""
+    with DirectoryStore(store_dir) as store:
+        lines = []
+        for number in range(30):
+            lines.append(store.append("long", "effect", payload={"n": number}, durable=False).line)
+            store.append(f"short-{number}", "effect", payload={"n": number}, durable=False)
+            if number % 7 == 0:
+                assert store.size() == 2 * number + 2  # a read flushes the pending rows
+        assert [entry.line for entry in store.entries("long")] == lines
+        assert [store.entry_at(seq).seq for seq in range(60)] == list(range(60))
+    with DirectoryStore(store_dir) as store:
+        assert [entry.line for entry in store.entries("long")] == lines
+        assert [entry.seq for entry in store.iter_entries(45)] == list(range(45, 60))
 
 
 def test_stale_index_catches_up_from_the_journal(store_dir: Path) -> None:
