@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from runtime_helpers import Ids, allow, assert_store_ok, effect_of, runtime_at
 
@@ -414,7 +414,15 @@ def test_fuzz_proposals_always_end_in_a_recorded_outcome_inside_the_sandbox(tmp_
         top_before = sorted(os.listdir(tmp_path))
         assert top_before == ["outside", "sb", "store"]
 
+        # The examples pin the coverage asserted below; the random draws alone reach it
+        # only most of the time.
         @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @example(proposal={"schema_version": 1, "id": "ok", "action": "add", "args": {"a": 1, "b": 2}, "reasoning": None})
+        @example(proposal='{"schema_version": 1, "id": "cut"')
+        @example(proposal={"schema_version": 1, "id": "x", "action": "nope", "args": {}, "reasoning": None})
+        @example(
+            proposal={"schema_version": 1, "id": "y", "action": "fs.read", "args": {"path": "../outside/secret.txt"}, "reasoning": None}
+        )
         @given(proposal=proposals())
         def check(proposal: Any) -> None:
             next(counter)
