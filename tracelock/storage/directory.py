@@ -543,7 +543,7 @@ class DirectoryStore:
             heads = self._heads
             # This batch's effects, applied at the end. A run's head is None once closed.
             touched: dict[str, tuple[int, str] | None] = {}
-            fresh: dict[bytes, tuple[int, int]] = {}  # payloads this batch stores
+            fresh: set[bytes] = set()  # payloads this batch stores
             payload_rows: list[tuple[int, IndexedPayload]] = []
             entry_rows: list[tuple[int, tuple[Entry, int]]] = []
             chunks: list[bytes] = []
@@ -555,7 +555,7 @@ class DirectoryStore:
                     payload_hex = digest.hex()
                     if digest not in fresh and self._payload_location(digest) is None:
                         length = len(data) + 66
-                        fresh[digest] = (offset, length)
+                        fresh.add(digest)
                         payload_rows.append((offset + length + 1, (digest, offset, length)))
                         chunks += (b"=", payload_hex.encode(), b" ", data, b"\n")
                         offset += length + 1
@@ -584,7 +584,7 @@ class DirectoryStore:
             start = log.enqueue(b"".join(chunks))
             assert start == base, "journal offsets diverged from the queue"
             self._next_seq = seq
-            for digest, (at, length) in fresh.items():
+            for _, (digest, at, length) in payload_rows:
                 self._remember_payload(digest, at, length)
             pending = self._pending
             pending.payloads += payload_rows
