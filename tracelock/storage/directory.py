@@ -536,7 +536,8 @@ class DirectoryStore:
                 data = dumps(payload)
                 prepared.append((data, sha256(data).digest()))
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()  # raises
             ts = self._clock()
             seq = self._next_seq
             offset = base = log.queued_end

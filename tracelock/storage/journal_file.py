@@ -233,7 +233,8 @@ class GroupCommitLog:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         with self._mutex:
-            self._check()
+            if self._error is not None or self._closed:
+                self._check()  # raises
             if self._durable_end >= end:
                 future.set_result(value)
                 return future
