@@ -505,7 +505,9 @@ class DirectoryStore:
         out, end, backlog = self._enqueue(((run, kind, payload, meta, new_run),))
         if backlog:
             self._flush_index()  # the rows of bytes already written (not yet this entry's)
-        return self._writer().durable_future(end, out[0])
+        log = self._log
+        assert log is not None  # _enqueue checked that this handle writes
+        return log.durable_future(end, out[0])
 
     def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
         """:meth:`append_many` (durable) for a coroutine, like :meth:`append_async`."""
@@ -542,6 +544,7 @@ class DirectoryStore:
             seq = self._next_seq
             offset = base = log.queued_end
             heads = self._heads
+            cache, complete = self._payloads, self._payloads_complete
             # This batch's effects, applied at the end. A run's head is None once closed.
             touched: dict[str, tuple[int, str] | None] = {}
             fresh: set[bytes] = set()  # payloads this batch stores
@@ -554,7 +557,11 @@ class DirectoryStore:
                 if stored is not None:
                     data, digest = stored
                     payload_hex = digest.hex()
-                    if digest not in fresh and self._payload_location(digest) is None:
+                    if digest not in fresh and (
+                        # A new payload while every payload is cached: the usual miss,
+                        # answered inline; anything else takes the full look-up.
+                        (complete and digest not in cache) or self._payload_location(digest) is None
+                    ):
                         length = len(data) + 66
                         fresh.add(digest)
                         payload_rows.append((offset + length + 1, (digest, offset, length)))
