@@ -265,16 +265,19 @@ def _diagnose(line: bytes) -> Entry:
     for name in ("payload", "prev"):
         if doc[name] is not None and not isinstance(doc[name], str):
             raise EntryFormatError(f"{name} must be a string or null")
-    entry = encode_entry(
-        seq=doc["seq"],
-        run=doc["run"],
-        i=doc["i"],
-        kind=doc["kind"],
-        payload=doc["payload"],
-        prev=doc["prev"],
-        ts=doc["ts"],
-        meta=doc.get("meta"),
-    )
+    try:
+        entry = encode_entry(
+            seq=doc["seq"],
+            run=doc["run"],
+            i=doc["i"],
+            kind=doc["kind"],
+            payload=doc["payload"],
+            prev=doc["prev"],
+            ts=doc["ts"],
+            meta=doc.get("meta"),
+        )
+    except CanonicalError as exc:  # parse_entry raises EntryFormatError only, as above
+        raise EntryFormatError(f"meta cannot be canonical: {exc.message}") from None
     if entry.line != line:
         raise EntryFormatError("entry is not in canonical form")
     raise EntryFormatError("entry does not match the version-1 layout")
