@@ -234,10 +234,7 @@ class RunJournal:
         return self._append(START, doc, meta=meta, durable=False, new_run=True)
 
     def effect(self, doc: dict[str, Any]) -> Entry:
-        # The most frequent entry: compacted and handed straight to the store (what _compact
-        # and _append would do).
-        payload = {key: value for key, value in doc.items() if value is not None}
-        return self.store.append(self.run_id, EFFECT, payload=payload, durable=self.strict)
+        return self._append(EFFECT, _compact(doc), durable=False)
 
     def intent(self, doc: dict[str, Any]) -> Entry:
         return self._append(INTENT, _compact(doc), durable=True)
