@@ -503,16 +503,8 @@ class RunContext:
             doc["args"] = args
             # VALIDATE
             phase = _VALIDATE
+            self._validate(request)
             tool = request.tool
-            # A registered tool (the usual step) is checked here; the rest in _validate.
-            is_tool = tool is not None and (kind == "tool" or kind == "fs")
-            if is_tool:
-                assert tool is not None
-                problem = tool.validate(args)
-                if problem is not None:
-                    raise StepFailure(ARGS_SCHEMA, f"{request.name}: {problem}", tool=request.name)
-            else:
-                self._validate(request)
             doc["timeout_ms"] = tool.timeout_ms if tool is not None else None
             # AUTHORIZE
             phase = _AUTHORIZE
@@ -526,11 +518,7 @@ class RunContext:
                 if not intent_written:
                     journal.intent(doc)
                     intent_written = True
-            if is_tool:
-                assert tool is not None
-                result, attempts = self._run_tool(tool, args, idempotency_key)
-            else:
-                result, attempts = self._execute(step, request, doc, idempotency_key)
+            result, attempts = self._execute(step, request, doc, idempotency_key)
             doc["attempts"] = attempts
             if sandbox is not None and kind == "fs":
                 doc["sandbox"]["after"] = sandbox.state_hash()
@@ -764,9 +752,7 @@ class RunContext:
         if kind == "sleep":
             runtime._sleep(request.args["ms"] / 1000)
             return None, 1
-        tool = request.tool
-        assert tool is not None
-        return self._run_tool(tool, request.args, key)
+        raise AssertionError(f"no executor for step kind {kind!r}")  # every kind is above
 
     def _run_tool(self, tool: Tool, args: Mapping[str, Any], key: str | None) -> tuple[Any, int]:
         runtime = self._runtime
