@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import hashlib
 import importlib
 import inspect
@@ -94,23 +93,6 @@ class RunResult:
 
 def _default_ids() -> str:
     return "run-" + os.urandom(10).hex()  # tracelock: allow TL-RAND-004 -- run ids are names, excluded from every determinism hash
-
-
-@functools.lru_cache(maxsize=256)
-def _seed_prefix(agent: str) -> bytes:
-    return b'{"agent":' + dumps(agent) + b',"input":"'
-
-
-def _derived_seed(agent: str, input_hash: str) -> str:
-    """``value_hash({"agent": agent, "input": input_hash})``, the default seed of a run,
-    with the canonical bytes written directly (the members are in canonical order and a hex
-    digest needs no escaping); the part before the digest is kept per agent name."""
-    try:
-        # Exact str only in the cache: a subclass may compare equal and write other bytes.
-        prefix = _seed_prefix(agent) if type(agent) is str else _seed_prefix.__wrapped__(agent)
-    except CanonicalError:
-        return value_hash({"agent": agent, "input": input_hash})  # raises, naming the member
-    return hashlib.sha256(prefix + input_hash.encode("ascii") + b'"}').hexdigest()
 
 
 def _real_sleep(seconds: float) -> None:
@@ -295,7 +277,7 @@ class Runtime:
             checked = self._ids is _default_ids
         if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
-        seed = seed or _derived_seed(name, input_hash)
+        seed = seed or value_hash({"agent": name, "input": input_hash})
         self._record_policy()
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
         start = journal.start(
