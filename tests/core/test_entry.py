@@ -102,21 +102,20 @@ def test_entry_hash_is_sha256_of_line() -> None:
     assert entry_hash(line) == hashlib.sha256(line).hexdigest()
 
 
-def test_meta_outside_the_i_json_range_is_a_format_error() -> None:
-    line = (
-        b'{"i":0,"kind":"run.start","meta":{"n":9007199254740993},"payload":null,'
+@pytest.mark.parametrize(
+    ("opening", "match"),
+    [
+        # The canonical layout: the fast path rejects the meta.
+        (b'{"i":0,', "meta"),
+        # Not the canonical layout (a space), so the slow diagnosis re-encodes the entry:
+        # the meta's canonical error must come out as a format error there too.
+        (b'{"i": 0,', "meta cannot be canonical"),
+    ],
+)
+def test_meta_outside_the_i_json_range_is_a_format_error(opening: bytes, match: str) -> None:
+    line = opening + (
+        b'"kind":"run.start","meta":{"n":9007199254740993},"payload":null,'
         b'"prev":null,"run":"r","seq":0,"ts":1,"v":1}'
     )
-    with pytest.raises(EntryFormatError, match="meta"):
-        parse_entry(line)
-
-
-def test_meta_outside_the_i_json_range_in_a_non_canonical_line_is_a_format_error() -> None:
-    # Not the canonical layout (a space), so the slow diagnosis re-encodes the entry: the
-    # meta's canonical error must come out as a format error there too.
-    line = (
-        b'{"i": 0,"kind":"run.start","meta":{"n":9007199254740993},"payload":null,'
-        b'"prev":null,"run":"r","seq":0,"ts":1,"v":1}'
-    )
-    with pytest.raises(EntryFormatError, match="meta cannot be canonical"):
+    with pytest.raises(EntryFormatError, match=match):
         parse_entry(line)
