@@ -37,7 +37,7 @@ def test_findings_exit_1_with_text(monkeypatch: pytest.MonkeyPatch) -> None:
     result = invoke("agentpkg")
     assert result.exit_code == 1
     assert "agentpkg/agents.py:22:15: error TL-CLOCK-001" in result.stdout
-    assert result.stdout.rstrip().endswith("FAIL: 35 at or above error")
+    assert result.stdout.rstrip().endswith("FAIL: 50 at or above error")
 
 
 def test_clean_tree_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,7 +86,7 @@ def test_sarif_output_and_output_file(
     result = invoke("agentpkg", "--format", "sarif", "--output", str(out))
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert "38 findings" in result.stderr
+    assert "53 findings" in result.stderr
     assert json.loads(out.read_text(encoding="utf-8")) == log
 
 

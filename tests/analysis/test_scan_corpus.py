@@ -129,10 +129,43 @@ def test_decoys_are_not_reported(report: ScanReport) -> None:
         ("agentpkg/ordering.py", "sorted(set(names))"),
         ("agentpkg/ordering.py", "for _ in pending"),
         ("agentpkg/ordering.py", "total = len(pending)"),
+        ("agentpkg/gaps.py", "unused_now = lambda"),
+        ("agentpkg/gaps.py", "seeded = functools.partial(random.Random, 7)"),
+        ("agentpkg/gaps.py", "_seen.append(time.time())"),
+        ("agentpkg/gaps.py", 'with open(name, "w") as out'),
+        ("agentpkg/gaps.py", "plugin = importlib.import_module(name)"),
+        ("agentpkg/gaps.py", 'return Path(path).read_text(encoding="utf-8")'),
+        ("agentpkg/gaps.py", "def unused(started: float = time.time())"),
+        ("agentpkg/gaps.py", "listing = out.stdout.decode()"),
+        ("agentpkg/gaps.py", "data = resp.json()"),
+        ("agentpkg/gaps.py", "return requests.get(url, timeout=5)"),
+        ("agentpkg/settings.py", "UNUSED_STAMP = time.time()"),
+        ("agentpkg/settings.py", "_gen = random.Random()"),
     }
     reported = {(f.path, f.line) for f in report.findings}
     for path, text in quiet_lines:
         assert (path, line_of(path, text)) not in reported, text
+
+
+def test_closed_gaps_carry_their_call_paths(report: ScanReport) -> None:
+    reader = line_of("agentpkg/gaps.py", "def reader(")
+    wrapper = at(report, "agentpkg/gaps.py", "began = time.perf_counter()")
+    assert path_of(wrapper) == [
+        ("agentpkg.gaps:reader", "agentpkg/gaps.py", line_of("agentpkg/gaps.py", "@timed")),
+        ("agentpkg.gaps:timed.<locals>.wrapper", "agentpkg/gaps.py", wrapper.line),
+    ]
+    default = at(report, "agentpkg/gaps.py", "def reader(")
+    assert default.function == "agentpkg.gaps:reader" and default.line == reader
+    tag = at(report, "agentpkg/settings.py", "RUN_TAG = ")
+    assert [f.function for f in tag.call_path] == [
+        "agentpkg.gaps:reader", "agentpkg.settings:<module>.RUN_TAG"
+    ]
+    lam = at(report, "agentpkg/gaps.py", "E731  # expect: TL-CLOCK-001")
+    assert [f.function for f in lam.call_path] == ["agentpkg.gaps:reader", "agentpkg.gaps:<lambda>"]
+    proc = at(report, "agentpkg/gaps.py", "out = subprocess.run(")
+    assert proc.entry_point == "agentpkg.gaps:handle"  # registered with kit.agent("handle")
+    read = at(report, "agentpkg/gaps.py", "raw = Path(name).read_bytes()")
+    assert read.rule_id == "TL-FS-001"
 
 
 def test_configured_entry_points(tmp_path: Path) -> None:
@@ -149,10 +182,11 @@ def test_scan_is_deterministic(report: ScanReport) -> None:
     again = scan_paths(files, ScanConfig(), base=CORPUS)
     assert to_json(again)["findings"] == to_json(report)["findings"]
     assert report.stats.files == len(files)
-    assert report.stats.entry_points == 4
+    assert report.stats.entry_points == 7
     assert report.entry_points == (
         "agentpkg.agents:planner", "agentpkg.agents:fetch", "agentpkg.agents:auditor",
-        "agentpkg.agents:gatherer",
+        "agentpkg.agents:gatherer", "agentpkg.gaps:reader", "agentpkg.gaps:load",
+        "agentpkg.gaps:handle",
     )  # fmt: skip
 
 

@@ -269,8 +269,8 @@ def test_text_report(corpus_report: ScanReport, tmp_path: Path) -> None:
         in text
     )
     assert " -> agentpkg.clients:Clock.read (agentpkg/clients.py:" in text
-    assert lines[-1].startswith("38 findings (35 error, 3 warning, 0 note); 10 files,")
-    assert lines[-1].endswith("FAIL: 35 at or above error")
+    assert lines[-1].startswith("53 findings (50 error, 3 warning, 0 note); 12 files,")
+    assert lines[-1].endswith("FAIL: 50 at or above error")
     clean = scan_tree(tmp_path, ALLOWED | {"agent.py": ALLOWED["agent.py"].replace(
         "time.monotonic()", "ctx.now()")})  # fmt: skip
     assert to_text(clean).startswith("no findings, 1 allowed;")

@@ -73,6 +73,9 @@ def test_targets_are_listed_once() -> None:
         ("threading.Thread", "TL-CONC-001"),
         ("asyncio.gather", "TL-CONC-002"),
         ("time.sleep", "TL-CLOCK-002"),
+        ("builtins.open", "TL-FS-001"),
+        ("pathlib.Path.read_text", "TL-FS-001"),
+        ("pathlib.PosixPath.read_bytes", "TL-FS-001"),
     ],
 )
 def test_match(name: str, rule: str) -> None:
@@ -84,7 +87,8 @@ def test_match(name: str, rule: str) -> None:
     "name",
     ["random.Randomize", "datetime.datetime.fromtimestamp", "requests.HTTPError",
      "subprocess.CalledProcessError", "urllib.request.pathname2url", "uuid.uuid5",
-     "time.strptime", "os.path.join", "requestsx.get"],
+     "time.strptime", "os.path.join", "requestsx.get", "pathlib.Path.write_text",
+     "pathlib.Path.exists"],
 )  # fmt: skip
 def test_no_match(name: str) -> None:
     assert match(name) is None

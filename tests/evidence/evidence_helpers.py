@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,33 @@ def small_order_vkey(name: str) -> tuple[bytes, str]:
     raw = (1).to_bytes(32, "little")
     key_id = hashlib.sha256(name.encode() + b"\n\x01" + raw).digest()[:4]
     return raw, f"{name}+{key_id.hex()}+" + base64.b64encode(b"\x01" + raw).decode()
+
+
+def journal_records(store: Path) -> list[bytes]:
+    """The records of a store's journal as an attacker edits them (NUL free space dropped)."""
+    data = (store / "journal.log").read_bytes().rstrip(b"\0")
+    assert data.endswith(b"\n")
+    return data[:-1].split(b"\n")
+
+
+def write_journal_records(store: Path, records: list[bytes]) -> None:
+    (store / "journal.log").write_bytes(b"".join(r + b"\n" for r in records))
+
+
+def rewrite_chain(store: Path) -> None:
+    """Change run-a's second entry and recompute every later prev of its chain: the journal
+    keeps its size and every chain rule holds again; only a Merkle root tells."""
+    records = journal_records(store)
+    heads: dict[str, str] = {}
+    for k, record in enumerate(records):
+        if not record.startswith(b"{"):
+            continue
+        doc = json.loads(record)
+        if doc["run"] == "run-a" and doc["i"] == 1:
+            doc["ts"] += 1000
+        if doc["i"]:
+            doc["prev"] = heads[doc["run"]]
+        records[k] = jcs(doc)
+        heads[doc["run"]] = sha(records[k])
+    write_journal_records(store, records)
+

@@ -135,6 +135,7 @@ def test_refuses_to_sign_a_rewritten_or_truncated_journal(tmp_path: Path) -> Non
     (truncated / "journal.log").write_bytes(data[:cut])
     (truncated / "index.sqlite").unlink()
     shutil.rmtree(truncated / "merkle", ignore_errors=True)
+    (truncated / "journal.synced").unlink()  # else the store itself refuses: synced bytes are gone
     with DirectoryStore(truncated) as store, pytest.raises(CheckpointInconsistentError) as caught:
         CheckpointHistory(truncated).sign(store, _key())
     assert "removed" in caught.value.message

@@ -493,3 +493,42 @@ def test_every_failure_says_where(original: Files) -> None:
     assert failure.run == "run-a" and failure.i == 5 and failure.file == "entries.jsonl"
     assert failure.seq is not None and failure.category == "integrity"
     assert hashlib.sha256(b"").hexdigest()  # keep hashlib import meaningful
+
+
+def test_an_unknown_manifest_member_is_refused(original: Files) -> None:
+    files = dict(original)
+    manifest = json.loads(files["manifest.json"])
+    manifest["note"] = "trust me"
+    files["manifest.json"] = jcs(manifest) + b"\n"
+    report = verify_files(files)
+    failure = next(f for f in report.failures if f.check == "manifest.format")
+    assert "unknown member" in failure.message and "'note'" in failure.message
+    assert not report.ok
+
+
+def test_a_compressed_zip_member_is_named_as_such(original: Files, tmp_path: Path) -> None:
+    import zipfile
+
+    path = tmp_path / "deflated.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in sorted(original.items()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16  # permission bits only, as some tools write
+            info.compress_type = zipfile.ZIP_DEFLATED if name == "entries.jsonl" else zipfile.ZIP_STORED
+            archive.writestr(info, data)
+    report = verify_bundle(path, pinned())
+    messages = {f.file: f.message for f in report.failures if f.check == "bundle.container"}
+    assert "compressed" in messages["entries.jsonl"], messages
+    assert "link?" not in messages["entries.jsonl"]
+
+
+def test_an_entry_format_failure_names_the_run_and_seq(original: Files) -> None:
+    files = dict(original)
+    lines = entry_lines(files)
+    doc = json.loads(lines[3])
+    lines[3] = json.dumps(doc, separators=(", ", ": ")).encode()  # not canonical
+    files["entries.jsonl"] = b"".join(line + b"\n" for line in lines)
+    report = verify_files(files)
+    failure = next(f for f in report.failures if f.check == "entry.format")
+    assert failure.run == doc["run"] and failure.seq == doc["seq"]
+    assert f"run {doc['run']}" in failure.message and f"seq {doc['seq']}" in failure.message

@@ -9,9 +9,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
-from tracelock.runtime.errors import StepError
+from tracelock.runtime.errors import DivergenceError, StepError
 from tracelock.runtime.runtime import RunResult, Runtime
 
 POLICY = allow("fetch")
@@ -153,3 +154,105 @@ def test_a_member_waiting_for_approval_lets_its_siblings_finish_first(tmp_path: 
         assert sorted(effect_steps) == [0, 1, 2]  # one record per step
         assert runtime.replay(done.run_id, waiting_agent).matched
         assert_store_ok(runtime.store)
+
+
+def gather_of(names: list[str]) -> Any:
+    def gathering(ctx: Any, _: Any) -> Any:
+        pages = ctx.gather(*(ctx.task("fetch", name=name) for name in names))
+        return {"pages": pages, "after": ctx.random()}
+
+    return gathering
+
+
+def test_a_reordered_gather_is_reported_at_its_first_member_in_code_order(tmp_path: Path) -> None:
+    race = Race(slow="first")
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second", "third"])
+        assert record_of(runtime, result.run_id).gather_orders[0][-1] == 0  # "first" completed last
+        report = runtime.replay(result.run_id, gather_of(["second", "first", "third"]))
+        divergence = report.divergence or {}
+        assert (divergence["kind"], divergence["step"], divergence["fields"]) == ("reordered_effect", 0, ["args"])
+        assert divergence["recorded_at"] == 1
+        assert [change["path"] for change in divergence["diff"]] == ["/args/name"]
+
+
+def test_a_changed_member_is_reported_in_code_order_not_completion_order(tmp_path: Path) -> None:
+    race = Race(slow="second")
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second", "third"])
+        assert record_of(runtime, result.run_id).gather_orders[0].index(2) < record_of(
+            runtime, result.run_id
+        ).gather_orders[0].index(1)
+        report = runtime.replay(result.run_id, gather_of(["first", "SECOND", "THIRD"]))
+        divergence = report.divergence or {}
+        assert (divergence["kind"], divergence["step"], divergence["fields"]) == ("changed_effect", 1, ["args"])
+        assert divergence["requested"]["args"] == {"name": "SECOND"}
+
+
+def test_a_gather_with_one_member_more_is_a_clear_divergence(tmp_path: Path) -> None:
+    race = Race(slow="none")
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second"])
+        calls = Counter(race.calls)
+        report = runtime.replay(result.run_id, gather_of(["first", "second", "third"]))
+        divergence = report.divergence or {}
+        assert (divergence["kind"], divergence["step"], divergence["gather"]) == ("changed_gather", 2, 0)
+        assert divergence["fields"] == ["members"]
+        assert len(divergence["recorded"]["members"]) == 2 and len(divergence["requested"]["members"]) == 3
+        assert [(change["path"], change["op"]) for change in divergence["diff"]] == [("/members/2", "added")]
+        assert race.calls == calls
+
+
+def test_a_gather_with_one_member_fewer_is_a_clear_divergence(tmp_path: Path) -> None:
+    race = Race(slow="none")
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second", "third"])
+        report = runtime.replay(result.run_id, gather_of(["first", "second"]))
+        divergence = report.divergence or {}
+        assert (divergence["kind"], divergence["step"], divergence["gather"]) == ("changed_gather", 2, 0)
+        assert [(change["path"], change["op"]) for change in divergence["diff"]] == [("/members/2", "removed")]
+        assert "3 members" in divergence["message"] and "2" in divergence["message"]
+
+
+def test_a_member_differing_before_a_changed_count_is_reported_first(tmp_path: Path) -> None:
+    race = Race(slow="second")  # recorded completion order: 0, 2, 1
+    with gather_runtime(tmp_path, race) as runtime:
+        result = runtime.run(agent, ["first", "second", "third"])
+        report = runtime.replay(result.run_id, gather_of(["first", "other"]))
+        divergence = report.divergence or {}
+        assert (divergence["kind"], divergence["step"]) == ("changed_effect", 1)
+
+
+def test_a_resumed_run_does_not_run_a_gather_that_diverges(tmp_path: Path) -> None:
+    calls: list[str] = []
+    policy = allow("fetch", {"name": "send", "approval": True})
+    with runtime_at(tmp_path, policy) as runtime:
+
+        @runtime.tool(timeout=None)
+        def fetch(name: str) -> str:
+            calls.append(name)
+            return name
+
+        @runtime.tool(side_effect="irreversible", timeout=None)
+        def send() -> str:
+            calls.append("send")
+            return "sent"
+
+        def recorded(ctx: Any, _: Any) -> Any:
+            return [ctx.gather(ctx.task("fetch", name="a"), ctx.task("fetch", name="b")), ctx.call("send")]
+
+        def changed(ctx: Any, _: Any) -> Any:
+            try:
+                pages = ctx.gather(ctx.task("fetch", name="b"), ctx.task("fetch", name="a"), ctx.task("send"))
+            except Exception:
+                pages = []
+            return [pages, ctx.call("send")]
+
+        waiting = runtime.run(recorded)
+        assert waiting.status == "awaiting_approval"
+        runtime.approve(waiting.run_id, 2, by="erin")
+        calls.clear()
+        with pytest.raises(DivergenceError) as raised:
+            runtime.resume(waiting.run_id, changed)
+        assert (raised.value.report["kind"], raised.value.report["step"]) == ("reordered_effect", 0)
+        assert calls == []

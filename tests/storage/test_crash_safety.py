@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,17 +124,28 @@ def test_torn_tail_is_cut_and_kept_aside(store_dir: Path) -> None:
 
 
 def test_damaged_last_line_is_reported_by_verify_and_cut_by_a_writer(store_dir: Path) -> None:
-    # Garbage in a complete last line (what a power loss can leave) fails verification until
-    # a writer opens the store, which cuts it and keeps it aside. (A well-formed rewrite of
-    # the very last entry is indistinguishable from a different last entry: only a signed
-    # checkpoint can tell, see the evidence layer.)
+    # Garbage in a complete last line written after the last sync (what a power loss can
+    # leave) fails verification until a writer opens the store, which cuts it and keeps it
+    # aside. (A well-formed rewrite of the very last entry is indistinguishable from a
+    # different last entry: only a signed checkpoint can tell, see the evidence layer.)
     lines = _build(store_dir)
     damaged = lines[-1][:40] + b"\x00\x00garbage\n"
-    _write(store_dir, lines[:-1] + [damaged])
+    _write(store_dir, lines + [damaged])
     assert _verify_fails(store_dir)
     with DirectoryStore(store_dir) as store:
         assert len(store.repairs) == 1
         assert verify_store(store).ok
+
+
+def test_damage_to_a_synced_last_line_is_never_repaired(store_dir: Path) -> None:
+    lines = _build(store_dir)
+    damaged = lines[-1][:40] + b"garbage" + lines[-1][47:]
+    _write(store_dir, lines[:-1] + [damaged])
+    with pytest.raises(JournalCorruptError) as caught:
+        DirectoryStore(store_dir)
+    assert "not a torn write" in caught.value.message
+    assert (store_dir / "journal.log").read_bytes() == b"".join(lines[:-1] + [damaged])
+    assert not (store_dir / "quarantine").exists()
 
 
 def test_damage_before_the_tail_is_never_repaired(store_dir: Path) -> None:
@@ -214,3 +226,28 @@ def test_entry_pointing_at_a_missing_payload_is_detected(store_dir: Path) -> Non
     del lines[payload_line]
     _write(store_dir, lines)
     assert _verify_fails(store_dir) == "PAYLOAD_MISSING"
+
+
+def test_an_index_ahead_of_a_lost_write_does_not_hide_the_hole(tmp_path: Path) -> None:
+    # The index is never synced, so after a power cut it can cover records written after
+    # the last sync. When one of their sectors never reached the disk, the open must still
+    # find the hole and cut it, not skip it because the index says those bytes are fine.
+    live = tmp_path / "live"
+    store = DirectoryStore(live)
+    record_run(store, "r0")
+    synced = len((live / "journal.log").read_bytes().rstrip(b"\0"))
+    for number in range(6):
+        kind = "run.start" if number == 0 else "effect"
+        store.append("r1", kind, payload={"n": number, "text": "z" * 700}, durable=False)
+    store.flush()  # written and indexed, not synced
+    crashed = tmp_path / "crashed"
+    shutil.copytree(live, crashed)
+    store.close()
+    data = bytearray((crashed / "journal.log").read_bytes())
+    hole = (synced // 512 + 1) * 512
+    data[hole : hole + 512] = bytes(512)
+    (crashed / "journal.log").write_bytes(bytes(data))
+    with DirectoryStore(crashed) as reopened:
+        assert [repair.offset for repair in reopened.repairs] == [synced]
+        assert verify_store(reopened).ok
+        assert reopened.size() == 4

@@ -31,6 +31,7 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 from tracelock.storage.journal_file import PAYLOAD, Record, scan_records
+from tracelock.storage.synced_mark import encode_mark
 from tracelock.storage.verify import verify_run, verify_store
 
 
@@ -371,7 +372,9 @@ def test_a_repaired_tail_cuts_the_merkle_tree_back(store_dir: Path) -> None:
         assert store.tree_size() == 20
     journal = store_dir / "journal.log"
     data = journal.read_bytes()
-    journal.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 1] + b'{"i":19,"kind"')  # torn last entry
+    cut = data.rstrip(b"\n").rfind(b"\n") + 1
+    journal.write_bytes(data[:cut] + b'{"i":19,"kind"')  # torn last entry
+    (store_dir / "journal.synced").write_bytes(encode_mark(cut))  # it was never synced
     with DirectoryStore(store_dir) as store:
         assert [repair.what for repair in store.repairs] == ["torn tail: last record has no newline"]
         assert store.tree_size() == 19

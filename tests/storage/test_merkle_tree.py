@@ -295,3 +295,59 @@ def test_check_against_an_expected_root(tmp_path: Path) -> None:
         with pytest.raises(MerkleTreeStaleError) as exc:
             tree.check(expected_size=50, expected_root=M.root(journal.leaves[:49]))
         assert exc.value.details["expected_root"] == M.root(journal.leaves[:49]).hex()
+
+
+# -- the streaming root (verification) and its comparison with the node files -------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(min_value=0, max_value=140),
+    marks=st.lists(st.integers(min_value=0, max_value=160), max_size=5),
+    cuts=st.lists(st.integers(min_value=1, max_value=40), max_size=6),
+)
+def test_the_streamed_root_equals_the_tree_root_at_every_mark(
+    n: int, marks: list[int], cuts: list[int]
+) -> None:
+    from tracelock.storage.merkle_stream import MerkleStream
+
+    leaves = Journal(n, seed=n).leaves
+    stream = MerkleStream(marks)
+    position = 0
+    for cut in [*cuts, n]:  # fed in arbitrary batches
+        stream.add(leaves[position : position + cut])
+        position = min(n, position + cut)
+    assert stream.size == n and stream.root() == M.root(leaves)
+    assert stream.roots == {m: M.root(leaves[:m]) for m in marks if m <= n}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(min_value=16, max_value=300), pick=st.integers(min_value=0))
+def test_the_stream_finds_any_stored_node_that_differs(tmp_path: Path, n: int, pick: int) -> None:
+    from tracelock.storage.merkle_stream import MerkleStream, open_node_files
+
+    source = Journal(n, seed=n)
+    directory = tmp_path / f"tree-{n}-{pick}"
+    with MerkleTreeFile(directory, source) as tree:
+        tree.append(source.leaves)
+    cache, problem = open_node_files(directory)
+    assert cache is not None and problem is None
+    stream = MerkleStream([], cache)
+    stream.add(source.leaves)
+    assert stream.mismatch is None
+    cache.close()
+    nodes = [(level, index) for level in range(4, n.bit_length()) for index in range(n >> level)]
+    level, index = nodes[pick % len(nodes)]
+    path = directory / f"level-{level:02d}.bin"
+    data = bytearray(path.read_bytes())
+    data[index * 32] ^= 0x80
+    path.write_bytes(bytes(data))
+    cache, problem = open_node_files(directory)
+    if cache is None:  # the last node of a level is tied to the header: torn, not compared
+        assert problem is not None and index == (n >> level) - 1
+        return
+    stream = MerkleStream([], cache)
+    stream.add(source.leaves)
+    cache.close()
+    assert stream.mismatch is not None
+    assert (stream.mismatch.level, stream.mismatch.index) == (level, index)

@@ -493,3 +493,18 @@ def test_progress_is_reported_at_every_step(store_dir: Path, monkeypatch: pytest
         report = verify_store(reader, progress=seen.append)
     assert report.ok and report.entries == 20
     assert seen == [3, 6, 9, 12, 15, 18]
+
+
+def test_a_malformed_entry_is_named_by_its_run_and_seq(store_dir: Path) -> None:
+    with DirectoryStore(store_dir, clock=TickClock()) as store:
+        record_run(store, "r")
+        last = store.append("other", "run.start")
+    line = last.line.replace(b'"prev":null', b'"prev":"%s"' % last.hash.encode())
+    journal = store_dir / "journal.log"
+    data = journal.read_bytes()
+    journal.write_bytes(data[: -len(last.line) - 1] + line + b"\n")
+    with DirectoryStore(store_dir, read_only=True) as reader:
+        report = verify_store(reader)
+    assert report.issue is not None and report.issue.code == "JOURNAL_MALFORMED_ENTRY"
+    assert report.issue.run == "other" and report.issue.seq == last.seq
+    assert f"entry {last.seq} of run other" in report.issue.message

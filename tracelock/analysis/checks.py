@@ -8,6 +8,16 @@ One :class:`FunctionChecker` pass over a function produces
   made outside the function, set iteration whose order can leak, ``hash()`` and ``id()``.
 
 Nested functions are separate functions, reached by an implicit edge from their ``def``.
+Two more implicit edges: from a function to the functions its decorators define (the
+wrapper that runs in its place), and from a read of a module-level value to that value's
+module-level assignments (a *value* function, see :meth:`Project.value_func`). Default
+arguments of top-level functions and methods are checked in the function's own pass, since
+their value, computed at import, reaches every call that leaves them out.
+
+A value function runs at import, not in the run: it makes no call edges, its lambdas are not
+walked (their bodies run when called), and it reports only the rules of values
+(:data:`IMPORT_TIME_RULES`), not effects; a generator or pool it creates is reported where it
+is used, as before.
 
 Logging exemption: arguments of a logging call (``logger.debug(...)``, ``logging.info(...)``,
 ``self.log.warning(...)``: a method named like a log level on ``logging.*`` or on a receiver
@@ -25,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-from tracelock.analysis.rules import RULES_BY_ID, TargetKind, match
+from tracelock.analysis.rules import RULES, RULES_BY_ID, TargetKind
 from tracelock.analysis.symbols import (
     Cls,
     Ext,
@@ -39,6 +49,9 @@ from tracelock.analysis.symbols import (
     Ref,
     Scope,
     count_given_args,
+    is_file_open,
+    match_ext,
+    opens_for_reading,
 )
 
 __all__ = ["Edge", "RawFinding", "FunctionAnalysis", "FunctionChecker", "analyse_function"]
@@ -47,6 +60,22 @@ ORDER_RULE = "TL-ORDER-001"
 HASH_RULE = "TL-HASH-001"
 ID_RULE = "TL-ID-001"
 SLEEP_RULE = "TL-CLOCK-002"
+
+# Rules reported in a module-level value computed at import: the value itself is an input.
+# Effects at import (network, processes, threads, sleeps) are not values the run reads.
+IMPORT_TIME_RULES = frozenset(
+    r.id for r in RULES
+    if not r.meta and r.id not in {
+        "TL-NET-001", "TL-PROC-001", "TL-CONC-001", "TL-CONC-002", SLEEP_RULE,
+    }
+)
+# Generators and pools: made at import, each use is reported (calls on an instance created
+# outside the function), so their construction is not reported a second time.
+INSTANCE_MAKERS = frozenset(
+    {"random.Random", "random.SystemRandom", "secrets.SystemRandom", "numpy.random.default_rng",
+     "numpy.random.RandomState"}
+    | set(RULES_BY_ID["TL-CONC-001"].names())
+)
 
 LOG_METHODS = frozenset(
     {"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log"}
@@ -204,11 +233,58 @@ class FunctionChecker(ast.NodeVisitor):
         self._shadow: dict[str, int] = {}
         self._stmt_span = (0, 0)
         self._nested = {id(f.node): f for f in self.scope.nested}
+        self.value_mode = func.kind == "value"
+        self._suffix = ""
+        self._name_sites: dict[str, FuncInfo | None] = {}
+        self._member_sites: dict[tuple[int, str], FuncInfo | None] = {}
+        self._value_edges: set[tuple[int, bool]] = set()
+        self._instances: set[int] = set()
 
     def run(self) -> FunctionAnalysis:
+        if self.value_mode:
+            for stmt in self.func.node.body:
+                value = getattr(stmt, "value", None)
+                if isinstance(value, ast.expr):
+                    made = self.resolve(value)
+                    if isinstance(made, ExtObj) and made.made_by in INSTANCE_MAKERS:
+                        self._instances.add(id(value))
+        elif self.func.kind == "def":
+            self._decorator_wrappers()
+            if self.func.parent is None:  # a nested def's defaults are visited by its parent
+                self._defaults()
         for stmt in self.func.node.body:
             self.visit(stmt)
         return self.result
+
+    def _decorator_wrappers(self) -> None:
+        """Edges to the functions a decorator defines: ``@timed`` returns its ``wrapper``,
+        which runs in place of this function; ``@retry(3)`` one level deeper. The
+        decorator's own body runs at import and is not followed."""
+        func = self.func
+        outer: Scope = self.project.scope_of(func.parent) if func.parent is not None else (
+            func.module
+        )
+        for decorator in func.node.decorator_list:
+            target, depth = (
+                (decorator.func, 2) if isinstance(decorator, ast.Call) else (decorator, 1)
+            )
+            ref = self.project.resolve_expr(target, outer)
+            if not isinstance(ref, Fn):
+                continue
+            defined = [ref.func]
+            for _ in range(depth):
+                defined = [n for f in defined for n in self.project.scope_of(f).nested]
+            for wrapper in defined:
+                self.edge(wrapper, decorator)
+
+    def _defaults(self) -> None:
+        args = self.func.node.args
+        self._suffix = " in a default argument (evaluated once, at import)"
+        try:
+            for default in args.defaults + [d for d in args.kw_defaults if d is not None]:
+                self.visit(default)
+        finally:
+            self._suffix = ""
 
     # ----------------------------------------------------------------- helpers
 
@@ -266,6 +342,8 @@ class FunctionChecker(ast.NodeVisitor):
             ref = self.project.member(base, expr.attr) if base is not None else None
         elif isinstance(expr, ast.Call):
             ref = self.project.call_result(self.resolve(expr.func), expr, self.scope)
+        elif isinstance(expr, ast.BinOp):
+            ref = self.project.binop_result(self.resolve(expr.left), expr)
         else:
             ref = None
         self._cache[key] = ref
@@ -274,6 +352,9 @@ class FunctionChecker(ast.NodeVisitor):
     def add(self, rule_id: str, node: ast.expr | ast.stmt, subject: str) -> None:
         if self.in_log and RULES_BY_ID[rule_id].log_exempt:
             return
+        if self.value_mode and (rule_id not in IMPORT_TIME_RULES or id(node) in self._instances):
+            return
+        subject += self._suffix
         line = node.lineno
         col = node.col_offset
         end_line = node.end_lineno if node.end_lineno is not None else line
@@ -284,7 +365,17 @@ class FunctionChecker(ast.NodeVisitor):
         ))
 
     def edge(self, callee: FuncInfo, node: ast.expr | ast.stmt) -> None:
+        if self.value_mode and callee.kind != "value":
+            return  # calls made at import are not part of the run
         self.result.edges.append(Edge(callee, node.lineno, node.col_offset, self.in_log > 0))
+
+    def _value_edge(self, site: FuncInfo | None, node: ast.expr) -> None:
+        if site is None or site is self.func:
+            return
+        key = (id(site), self.in_log > 0)
+        if key not in self._value_edges:
+            self._value_edges.add(key)
+            self.edge(site, node)
 
     def _made_here(self, expr: ast.expr) -> bool:
         """Whether ``expr`` is a local name bound only to calls made in this function (a
@@ -423,7 +514,7 @@ class FunctionChecker(ast.NodeVisitor):
             self._method_checks(node, func)
         if isinstance(ref, Ext):
             if not handled:
-                self._check_target(node, ref.name)
+                self._check_target(node, ref)
             if ref.name in ORDER_FREE:
                 self.order_safe.update(id(a) for a in node.args)
             elif ref.name in ORDER_SINKS and id(node) not in self.order_safe:
@@ -446,8 +537,10 @@ class FunctionChecker(ast.NodeVisitor):
         self.visit(func)
         if log:
             self.in_log += 1
-        for arg in node.args:
-            self._reference(arg)
+        partial = isinstance(ref, Ext) and ref.name == "functools.partial"
+        for index, arg in enumerate(node.args):
+            # functools.partial(f, *bound): calling the partial gives f these arguments.
+            self._reference(arg, len(node.args) - 1 if partial and index == 0 else 0)
             self.visit(arg)
         for keyword in node.keywords:
             self._reference(keyword.value)
@@ -455,12 +548,15 @@ class FunctionChecker(ast.NodeVisitor):
         if log:
             self.in_log -= 1
 
-    def _check_target(self, node: ast.Call, name: str) -> None:
-        hit = match(name)
+    def _check_target(self, node: ast.Call, ref: Ext) -> None:
+        hit = match_ext(ref)
         if hit is None:
             return
+        name = ref.name
         rule, target = hit
         if target.kind is TargetKind.READ or target.is_safe_call(count_given_args(node)):
+            return
+        if is_file_open(rule.id, target.name) and not opens_for_reading(target.name, node):
             return
         if rule.id == HASH_RULE and self.func.node.name == "__hash__":
             return
@@ -482,8 +578,9 @@ class FunctionChecker(ast.NodeVisitor):
         elif attr == "pop" and not node.args and self.is_set(func.value):
             self.add(ORDER_RULE, node, ".pop()")
 
-    def _reference(self, arg: ast.expr) -> None:
-        """A callable passed as an argument will be called: follow it / report it."""
+    def _reference(self, arg: ast.expr, bound: int = 0) -> None:
+        """A callable passed as an argument will be called: follow it / report it. ``bound``
+        arguments come with it (``functools.partial(random.Random, 7)`` is seeded)."""
         target = arg.value if isinstance(arg, ast.Starred) else arg
         if not isinstance(target, (ast.Name, ast.Attribute)):
             return
@@ -491,29 +588,53 @@ class FunctionChecker(ast.NodeVisitor):
         if isinstance(ref, Fn):
             self.edge(ref.func, target)
         elif isinstance(ref, Ext):
-            hit = match(ref.name)
+            hit = match_ext(ref)
             # Exact call targets only: a module target would also cover constants
             # (socket.AF_UNIX), which are not called.
-            if hit is not None and hit[1].kind is TargetKind.CALL and hit[1].name == ref.name:
+            if (
+                hit is not None
+                and hit[1].kind is TargetKind.CALL
+                and hit[1].name == ref.name
+                and not hit[1].is_safe_call(bound)
+            ):
                 self.add(hit[0].id, target, f"{_short(ref.name)} (passed as a callable)")
 
     def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load) and id(node) not in self.read_skip:
-            self._check_read(node)
+        if isinstance(node.ctx, ast.Load):
+            if id(node) not in self.read_skip:
+                self._check_read(node)
+            if node.id not in self._shadow:
+                name = node.id
+                if name in self._name_sites:
+                    site = self._name_sites[name]
+                else:
+                    site = self._name_sites[name] = self.project.value_site(name, self.scope)
+                self._value_edge(site, node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if isinstance(node.ctx, ast.Load) and id(node) not in self.read_skip:
-            ref = self._check_read(node)
-            if isinstance(ref, Fn) and ref.func.is_property:
-                receiver = self.resolve(node.value)
-                if isinstance(receiver, Obj):
-                    self.edge(ref.func, node)
+        if isinstance(node.ctx, ast.Load):
+            if id(node) not in self.read_skip:
+                ref = self._check_read(node)
+                if isinstance(ref, Fn) and ref.func.is_property:
+                    receiver = self.resolve(node.value)
+                    if isinstance(receiver, Obj):
+                        self.edge(ref.func, node)
+            base = self.resolve(node.value)
+            if isinstance(base, Mod):
+                key = (id(base.module), node.attr)
+                if key in self._member_sites:
+                    site = self._member_sites[key]
+                else:
+                    site = self._member_sites[key] = self.project.module_value(
+                        base.module, node.attr, 0
+                    )
+                self._value_edge(site, node)
         self.visit(node.value)
 
     def _check_read(self, node: ast.Name | ast.Attribute) -> Ref | None:
         ref = self.resolve(node)
         if isinstance(ref, Ext):
-            hit = match(ref.name)
+            hit = match_ext(ref)
             if hit is not None and hit[1].kind is TargetKind.READ:
                 self.add(hit[0].id, node, ref.name)
         return ref
@@ -597,6 +718,8 @@ class FunctionChecker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
+        if self.value_mode:
+            return  # its body runs when called, reached through the lambda's own function
         args = node.args
         names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
         names.extend(a.arg for a in (args.vararg, args.kwarg) if a is not None)

@@ -5,7 +5,9 @@ The configuration is TOML. Settings live in a ``[scan]`` table, or in
 
     [scan]
     entry_points = ["myapp.jobs:run_*", "myapp.workers.*:main"]
+    tool_entry_points = ["myapp.tools.*:*"]
     decorators = ["agent", "tool"]
+    tool_decorators = ["tool"]
     exclude = ["tests/*", "*/migrations/*"]
     fail_on = "error"
 
@@ -36,10 +38,14 @@ from tracelock.errors import AnalysisError
 __all__ = ["ScanConfigError", "AllowEntry", "ScanConfig", "load_config", "parse_config"]
 
 DEFAULT_DECORATORS = ("agent", "tool")
+DEFAULT_TOOL_DECORATORS = ("tool",)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ALLOW_HEADER = re.compile(r"^\s*\[\[\s*(?:tool\s*\.\s*tracelock\s*\.\s*)?scan\s*\.\s*allow\s*\]\]")
-_TOP_KEYS = frozenset({"entry_points", "decorators", "exclude", "fail_on", "allow"})
+_TOP_KEYS = frozenset({
+    "entry_points", "tool_entry_points", "decorators", "tool_decorators", "exclude", "fail_on",
+    "allow",
+})
 _ALLOW_KEYS = frozenset({"rule", "reason", "path", "function"})
 
 
@@ -89,6 +95,11 @@ class ScanConfig:
     extra_entry_points: tuple[str, ...] = ()
     """Patterns given outside the file (``--entry`` on the command line, the Python API)."""
     decorators: tuple[str, ...] = DEFAULT_DECORATORS
+    tool_entry_points: tuple[str, ...] = ()
+    """``module:function`` patterns of tool code: entry points where agent-only rules
+    (``TL-FS-001``) do not apply, because a tool is itself the door."""
+    tool_decorators: tuple[str, ...] = DEFAULT_TOOL_DECORATORS
+    """Entry-point decorators that mark a tool rather than an agent."""
     exclude: tuple[str, ...] = ()
     allow: tuple[AllowEntry, ...] = ()
     fail_on: Severity | None = Severity.ERROR
@@ -107,6 +118,8 @@ class ScanConfig:
             entry_points=self.entry_points,
             extra_entry_points=self.extra_entry_points + tuple(extra),
             decorators=self.decorators,
+            tool_entry_points=self.tool_entry_points,
+            tool_decorators=self.tool_decorators,
             exclude=self.exclude,
             allow=self.allow,
             fail_on=self.fail_on,
@@ -158,12 +171,17 @@ def parse_config(
                               details={"unknown": unknown})
 
     entry_points = _strings(table, "entry_points", where)
-    for pattern in entry_points:
+    tool_entry_points = _strings(table, "tool_entry_points", where)
+    for pattern in entry_points + tool_entry_points:
         _check_entry_pattern(pattern, where)
     decorators = _strings(table, "decorators", where) if "decorators" in table else (
         DEFAULT_DECORATORS
     )
-    for name in decorators:
+    tool_decorators = (
+        _strings(table, "tool_decorators", where) if "tool_decorators" in table
+        else DEFAULT_TOOL_DECORATORS
+    )
+    for name in decorators + tool_decorators:
         if not _IDENT.match(name):
             raise ScanConfigError(f"{where}: decorator {name!r} is not an identifier")
     exclude = _strings(table, "exclude", where)
@@ -187,6 +205,8 @@ def parse_config(
     return ScanConfig(
         entry_points=entry_points,
         decorators=decorators,
+        tool_entry_points=tool_entry_points,
+        tool_decorators=tool_decorators,
         exclude=exclude,
         allow=allow,
         fail_on=fail_on,

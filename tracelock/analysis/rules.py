@@ -384,6 +384,23 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        id="TL-FS-001",
+        name="file-read",
+        category="filesystem",
+        severity=Severity.ERROR,
+        summary="File reads in agent code (open() for reading, Path.read_text/read_bytes): "
+        "the filesystem is an input the journal does not record.",
+        template="{subject} reads the filesystem, an input the journal does not record; read "
+        "it through the sandbox with {door} (or pass the content in as an argument)",
+        door='ctx.call("fs.read", path=...)',
+        targets=_calls(
+            "builtins.open", "io.open",
+            *(f"pathlib.{cls}.{method}" for cls in ("Path", "PosixPath", "WindowsPath")
+              for method in ("read_text", "read_bytes", "open")),
+        ),
+        patchable=False,
+    ),
+    Rule(
         id="TL-SCAN-001",
         name="unparsable-source",
         category="scan",

@@ -3,8 +3,11 @@
 1. Load every Python file under the given paths and build the symbol tables.
 2. Entry points are the functions decorated with a decorator whose last name is in
    ``decorators`` (default ``agent`` and ``tool``: ``@rt.agent``, ``@runtime.tool(...)``),
-   every method of a class so decorated, and the functions matching a configured
-   ``module:function`` pattern.
+   every method of a class so decorated, the functions registered by calling such a
+   decorator at module level (``kit.agent("a")(handle)``, ``rt.agent(handle)``), and the
+   functions matching a configured ``module:function`` pattern. Each is an agent or a tool:
+   a tool when only ``tool_decorators`` or ``tool_entry_points`` mark it. Agent-only rules
+   (``TL-FS-001``: a tool is itself the door) are reported only in what agents reach.
 3. A breadth-first walk from the entry points, in a stable order, analyses each function it
    reaches once and keeps, for each, the first (shortest) call path that reaches it. Calls
    made only inside logging arguments are followed last, so that a function reached only
@@ -16,9 +19,10 @@
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,11 +38,21 @@ from tracelock.analysis.model import (
     parse_fail_on,
 )
 from tracelock.analysis.rules import RULES_BY_ID
-from tracelock.analysis.symbols import FuncInfo, Project
+from tracelock.analysis.symbols import (
+    FILE_READ_RULE,
+    Fn,
+    FuncInfo,
+    ModuleInfo,
+    Project,
+    decorator_name,
+    iter_statements,
+)
 
 __all__ = ["scan_paths", "Scanner", "with_fail_on"]
 
 _MAX_SPAN = 200
+
+AGENT_ONLY_RULES = frozenset({FILE_READ_RULE})
 
 
 def scan_paths(
@@ -75,7 +89,10 @@ class Scanner:
         self.parent: dict[FuncInfo, tuple[FuncInfo, Edge] | None] = {}
         self.order: list[FuncInfo] = []
         self._frames: dict[FuncInfo, tuple[Frame, ...]] = {}
+        self._agent_frames: dict[FuncInfo, tuple[Frame, ...]] = {}
         self.too_deep: list[FuncInfo] = []
+        self.tools: set[FuncInfo] = set()
+        self.agent_parent: dict[FuncInfo, tuple[FuncInfo, Edge] | None] = {}
 
     # ----------------------------------------------------------------- phases
 
@@ -92,6 +109,7 @@ class Scanner:
         self._walk(list(entries), follow_log=False)
         effective = set(self.parent)
         self._walk(list(self.order), follow_log=True)
+        self._agent_reach([e for e in entries if e not in self.tools])
 
         findings = self._findings(effective)
         reported, suppressed, meta = self._apply_allowlists(findings, sources)
@@ -110,7 +128,7 @@ class Scanner:
             lines=sum(s.line_count for s in sources),
             functions=sum(len(m.functions) for m in project.all_modules),
             entry_points=len(entries),
-            reachable_functions=len(self.order),
+            reachable_functions=sum(1 for f in self.order if f.kind != "value"),
         )
         return ScanReport(
             findings=tuple(all_findings),
@@ -122,27 +140,70 @@ class Scanner:
         )
 
     def entry_points(self, project: Project) -> tuple[list[FuncInfo], list[str]]:
+        """The entry points in a stable order, and the configured patterns matching none.
+        Tool entry points are also recorded in :attr:`tools`."""
         decorators = set(self.config.decorators)
-        patterns = [(p, *p.split(":", 1)) for p in self.config.all_entry_points()]
+        tool_names = set(self.config.tool_decorators)
+        patterns: list[tuple[str, bool, str, str]] = []
+        for is_tool, group in ((False, self.config.all_entry_points()),
+                               (True, self.config.tool_entry_points)):
+            for pattern in group:
+                module_glob, func_glob = pattern.split(":", 1)
+                patterns.append((pattern, is_tool, module_glob, func_glob))
         matched: set[str] = set()
-        entries: list[FuncInfo] = []
+        # For each entry point: whether something marks it as an agent, as a tool.
+        marks: dict[FuncInfo, list[bool]] = {}
+
+        def mark(func: FuncInfo, names: Iterable[str]) -> None:
+            for name in names:
+                if name in decorators:
+                    marks.setdefault(func, [False, False])[name in tool_names] = True
+
         for module in project.all_modules:
-            marked = {id(c) for c in module.classes if decorators.intersection(c.decorators)}
+            class_marks = {id(c): c.decorators for c in module.classes}
             for func in module.functions:
-                is_entry = (func.cls is not None and id(func.cls) in marked) or bool(
-                    decorators.intersection(func.decorators)
-                )
-                for pattern, module_glob, func_glob in patterns:
+                if func.cls is not None:
+                    mark(func, class_marks.get(id(func.cls), ()))
+                mark(func, func.decorators)
+                for pattern, is_tool, module_glob, func_glob in patterns:
                     if fnmatch.fnmatchcase(module.name, module_glob) and fnmatch.fnmatchcase(
                         func.qualname, func_glob
                     ):
                         matched.add(pattern)
-                        is_entry = True
-                if is_entry:
-                    entries.append(func)
-        entries.sort(key=lambda f: (f.module.source.display, f.node.lineno, f.qualname))
-        unmatched = [p for p, _, _ in patterns if p not in matched]
+                        marks.setdefault(func, [False, False])[is_tool] = True
+            for func, name in self._registrations(project, module, decorators):
+                mark(func, (name,))
+        entries = sorted(marks, key=lambda f: (f.module.source.display, f.node.lineno,
+                                               f.qualname))
+        self.tools = {f for f, (agent, tool) in marks.items() if tool and not agent}
+        unmatched = [p for p, _, _, _ in patterns if p not in matched]
         return entries, unmatched
+
+    @staticmethod
+    def _registrations(
+        project: Project, module: ModuleInfo, decorators: set[str]
+    ) -> Iterator[tuple[FuncInfo, str]]:
+        """Functions registered at module level without decorator syntax: a call of a
+        registration decorator given the function, ``kit.agent("a")(handle)`` or
+        ``rt.agent(handle)``; with the decorator's last name."""
+        tree = module.source.tree
+        if tree is None:
+            return
+        for stmt in iter_statements(tree.body):
+            if not isinstance(stmt, ast.Expr | ast.Assign | ast.AnnAssign):
+                continue
+            if stmt.value is None:
+                continue
+            for node in ast.walk(stmt.value):
+                if not isinstance(node, ast.Call) or not node.args:
+                    continue
+                name = decorator_name(node.func)
+                if name not in decorators:
+                    continue
+                for arg in node.args:
+                    ref = project.resolve_expr(arg, module)
+                    if isinstance(ref, Fn) and ref.func.kind == "def":
+                        yield ref.func, name
 
     def analysis(self, func: FuncInfo) -> FunctionAnalysis:
         found = self.analyses.get(func)
@@ -155,6 +216,23 @@ class Scanner:
                 self.too_deep.append(func)
             self.analyses[func] = found
         return found
+
+    def _agent_reach(self, agents: list[FuncInfo]) -> None:
+        """What agents reach (log arguments included), with a shortest path from an agent:
+        where agent-only rules apply. Without tool entry points, that is everything."""
+        if not self.tools:
+            self.agent_parent = self.parent
+            self._agent_frames = self._frames
+            return
+        parent: dict[FuncInfo, tuple[FuncInfo, Edge] | None] = dict.fromkeys(agents)
+        queue = deque(agents)
+        while queue:
+            func = queue.popleft()
+            for edge in self.analysis(func).edges:
+                if edge.callee not in parent:
+                    parent[edge.callee] = (func, edge)
+                    queue.append(edge.callee)
+        self.agent_parent = parent
 
     def _walk(self, start: list[FuncInfo], *, follow_log: bool) -> None:
         queue = deque(start)
@@ -171,16 +249,19 @@ class Scanner:
 
     # ----------------------------------------------------------------- findings
 
-    def frames_to(self, func: FuncInfo) -> tuple[Frame, ...]:
-        """The call frames from an entry point down to (not including) ``func``."""
-        cached = self._frames.get(func)
+    def frames_to(self, func: FuncInfo, *, agents_only: bool = False) -> tuple[Frame, ...]:
+        """The call frames from an entry point (an agent, with ``agents_only``) down to (not
+        including) ``func``."""
+        cache = self._agent_frames if agents_only else self._frames
+        parent = self.agent_parent if agents_only else self.parent
+        cached = cache.get(func)
         if cached is not None:
             return cached
         chain: list[Frame] = []
         current = func
         seen: set[FuncInfo] = set()
         while True:
-            link = self.parent.get(current)
+            link = parent.get(current)
             if link is None or current in seen:
                 break
             seen.add(current)
@@ -190,7 +271,7 @@ class Scanner:
                                source.column(edge.line, edge.col)))
             current = caller
         result = tuple(reversed(chain))
-        self._frames[func] = result
+        cache[func] = result
         return result
 
     def _finding(self, func: FuncInfo, raw: RawFinding) -> Finding:
@@ -208,7 +289,8 @@ class Scanner:
             end_line=raw.end_line,
             end_column=source.column(raw.end_line, raw.end_col),
             function=func.display,
-            call_path=self.frames_to(func) + (here,),
+            call_path=self.frames_to(func, agents_only=raw.rule_id in AGENT_ONLY_RULES)
+            + (here,),
             subject=raw.subject,
         )
 
@@ -221,6 +303,8 @@ class Scanner:
             for raw in self.analysis(func).findings:
                 if RULES_BY_ID[raw.rule_id].log_exempt and func not in effective:
                     continue  # only reached from logging arguments
+                if raw.rule_id in AGENT_ONLY_RULES and func not in self.agent_parent:
+                    continue  # only tools reach it: a tool is the door
                 finding = self._finding(func, raw)
                 key = (finding.rule_id, finding.path, finding.line, finding.column)
                 if key not in seen:
@@ -333,7 +417,7 @@ class Scanner:
         return out
 
     def _entry_findings(self, unmatched: list[str]) -> list[Finding]:
-        from_file = set(self.config.entry_points)
+        from_file = set(self.config.entry_points) | set(self.config.tool_entry_points)
         out: list[Finding] = []
         lines: list[str] = []
         if self.config.source_path is not None:

@@ -22,9 +22,10 @@ import ast
 import builtins
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tracelock.analysis.loader import SourceFile
-from tracelock.analysis.rules import TargetKind, match
+from tracelock.analysis.rules import Rule, Target, TargetKind, match
 
 __all__ = [
     "Ref",
@@ -43,6 +44,10 @@ __all__ = [
     "iter_statements",
     "decorator_name",
     "count_given_args",
+    "match_ext",
+    "opens_for_reading",
+    "is_file_open",
+    "FILE_READ_RULE",
 ]
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -103,6 +108,9 @@ def iter_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
 @dataclass(frozen=True)
 class Ext:
     name: str
+    on_result: bool = False
+    """Reached through the value a call returned (``requests.get(u).json``): a method of a
+    result, not a member of the module, so module targets do not cover it."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,47 @@ class ExtObj:
     made_by: str
     flag: str | None = None
     """The rule its construction breaks (``random.Random()`` unseeded), if any."""
+    annotated: bool = False
+    """Known from a type annotation, not from a call seen in the code."""
+
+
+_OPEN_MODE_INDEX = {"builtins.open": 1, "io.open": 1}
+
+
+FILE_READ_RULE = "TL-FS-001"
+
+
+def is_file_open(rule_id: str, name: str) -> bool:
+    """Whether ``name`` is one of the file-read rule's ``open`` callables (mode matters)."""
+    return rule_id == FILE_READ_RULE and name.rsplit(".", 1)[-1] == "open"
+
+
+def opens_for_reading(name: str, call: ast.Call) -> bool:
+    """Whether a call of the file-opening callable ``name`` may read: its ``mode`` is absent
+    (``"r"``) or a literal with ``r`` or ``+``. A mode that is not a literal cannot be told
+    and counts as not reading (the scan prefers missing a finding to inventing one)."""
+    index = _OPEN_MODE_INDEX.get(name, 0)
+    mode: ast.expr | None = None
+    for kw in call.keywords:
+        if kw.arg == "mode":
+            mode = kw.value
+    if mode is None and len(call.args) > index:
+        mode = call.args[index]
+    if mode is None:
+        return True
+    if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+        return "r" in mode.value or "+" in mode.value
+    return False
+
+
+def match_ext(ref: Ext) -> tuple[Rule, Target] | None:
+    """The catalogue entry covering ``ref``. A module target does not cover a member of a
+    call's result: ``resp.json()`` after ``resp = requests.get(url)`` is not a second network
+    call (one call, one finding)."""
+    hit = match(ref.name)
+    if hit is not None and ref.on_result and hit[1].kind is TargetKind.MODULE:
+        return None
+    return hit
 
 
 @dataclass(frozen=True)
@@ -148,6 +197,9 @@ class FuncInfo:
     cls: ClassInfo | None = None
     parent: FuncInfo | None = None
     scope: FuncScope | None = None
+    kind: Literal["def", "lambda", "value"] = "def"
+    """``def``; ``lambda`` (a module-level lambda, as a function returning its body); or
+    ``value`` (the module-level statements binding one name, run at import)."""
 
     @property
     def display(self) -> str:
@@ -199,6 +251,7 @@ class ModuleInfo:
     stars: list[str] = field(default_factory=list)
     functions: list[FuncInfo] = field(default_factory=list)
     classes: list[ClassInfo] = field(default_factory=list)
+    value_stmts: dict[str, list[ast.Assign | ast.AnnAssign]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -299,6 +352,8 @@ class Project:
         self._qualname_cache: dict[str, Ref | None] = {}
         self._value_cache: dict[tuple[int, str], Ref | None] = {}
         self._resolving: set[tuple[int, str]] = set()
+        self._lambdas: dict[int, FuncInfo] = {}
+        self._value_funcs: dict[tuple[int, str], FuncInfo | None] = {}
 
     # ----------------------------------------------------------------- collection
 
@@ -349,6 +404,8 @@ class Project:
                     values.setdefault(name, []).append(value)
                     if cls is None:
                         self._note(module, name, "value")
+                        if isinstance(stmt, ast.Assign | ast.AnnAssign) and value is not None:
+                            module.value_stmts.setdefault(name, []).append(stmt)
                 if (
                     cls is not None
                     and isinstance(stmt, ast.AnnAssign)
@@ -562,7 +619,7 @@ class Project:
             if isinstance(ref, Cls):
                 return Obj(ref.cls)
             if isinstance(ref, Ext):
-                return ExtObj(ref.name)
+                return ExtObj(ref.name, annotated=True)
         return None
 
     def resolve_expr(self, expr: ast.expr, scope: Scope) -> Ref | None:
@@ -574,9 +631,88 @@ class Project:
             return self.member(base, expr.attr) if base is not None else None
         if isinstance(expr, ast.Call):
             return self.call_result(self.resolve_expr(expr.func, scope), expr, scope)
-        if isinstance(expr, ast.Await):
-            return None
+        if isinstance(expr, ast.Lambda) and isinstance(scope, ModuleInfo):
+            return Fn(self.lambda_func(expr, scope))
+        if isinstance(expr, ast.BinOp):
+            return self.binop_result(self.resolve_expr(expr.left, scope), expr)
         return None
+
+    @staticmethod
+    def binop_result(left: Ref | None, expr: ast.BinOp) -> Ref | None:
+        """``path / "name"`` is a path again; other operators are left alone."""
+        if (
+            isinstance(expr.op, ast.Div)
+            and isinstance(left, ExtObj)
+            and left.made_by.startswith("pathlib.")
+        ):
+            return ExtObj(left.made_by)
+        return None
+
+    def lambda_func(self, node: ast.Lambda, module: ModuleInfo) -> FuncInfo:
+        """A module-level lambda as a function whose body returns the lambda's expression."""
+        found = self._lambdas.get(id(node))
+        if found is None:
+            body = ast.copy_location(ast.Return(value=node.body), node.body)
+            func_node = ast.copy_location(
+                ast.FunctionDef(name="<lambda>", args=node.args, body=[body], decorator_list=[],
+                                returns=None, type_comment=None),
+                node,
+            )
+            found = FuncInfo(module=module, node=func_node, qualname="<lambda>", kind="lambda")
+            self._lambdas[id(node)] = found
+        return found
+
+    def value_func(self, module: ModuleInfo, name: str) -> FuncInfo | None:
+        """The module-level assignments of ``name`` as one function run at import (``None``
+        when nothing assigns it a value there)."""
+        key = (id(module), name)
+        if key in self._value_funcs:
+            return self._value_funcs[key]
+        found: FuncInfo | None = None
+        stmts = module.value_stmts.get(name)
+        if stmts and module.first_kind.get(name) == "value":
+            first = stmts[0]
+            func_node = ast.copy_location(
+                ast.FunctionDef(name=name, args=ast.arguments(
+                    posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                    kwarg=None, defaults=[]), body=list(stmts), decorator_list=[], returns=None,
+                    type_comment=None),
+                first,
+            )
+            found = FuncInfo(module=module, node=func_node, qualname=f"<module>.{name}",
+                             kind="value")
+        self._value_funcs[key] = found
+        return found
+
+    def value_site(self, name: str, scope: Scope) -> FuncInfo | None:
+        """The module-level value a bare name reads, as a :meth:`value_func` (``None`` when
+        the name is local, a function, a class, a module or unknown)."""
+        current: Scope = scope
+        while isinstance(current, FuncScope):
+            if name in current.global_names:
+                current = current.module
+                break
+            if current.binds(name):
+                if name in current.imports and name not in current.values:
+                    return self.imported_value(current.imports[name], 0)
+                return None
+            current = current.parent if current.parent is not None else current.module
+        return self.module_value(current, name, 0)
+
+    def module_value(self, module: ModuleInfo, name: str, depth: int) -> FuncInfo | None:
+        kind = module.first_kind.get(name)
+        if kind == "value":
+            return self.value_func(module, name)
+        if kind == "import" and depth < 8:
+            return self.imported_value(module.imports[name], depth + 1)
+        return None
+
+    def imported_value(self, qualname: str, depth: int) -> FuncInfo | None:
+        module_name, _, attr = qualname.rpartition(".")
+        module = self.modules.get(module_name)
+        if module is None or not attr:
+            return None
+        return self.module_value(module, attr, depth)
 
     def call_result(self, callee: Ref | None, call: ast.Call, scope: Scope) -> Ref | None:
         """What calling ``callee`` returns (an instance for classes)."""
@@ -587,19 +723,55 @@ class Project:
                 if isinstance(scope, FuncScope) and scope.func.cls is not None:
                     return Obj(scope.func.cls, skip_self=True)
                 return None
-            return ExtObj(callee.name, self.constructor_flag(callee.name, call))
+            if not callee.on_result:
+                special = self._special_call(callee.name, call, scope)
+                if special is not None:
+                    return special
+            return ExtObj(callee.name, self.constructor_flag(callee, call))
         if isinstance(callee, Fn) and callee.func.node.returns is not None:
             owner = callee.func.module
             return self.resolve_annotation(callee.func.node.returns, owner)
         return None
 
+    def _special_call(self, name: str, call: ast.Call, scope: Scope) -> Ref | None:
+        """Calls whose result is known statically: ``functools.partial(f, ...)`` calls ``f``;
+        ``importlib.import_module("m")`` and ``__import__("m")`` with a literal name are the
+        module."""
+        if name == "functools.partial":
+            if call.args and not isinstance(call.args[0], ast.Starred):
+                inner = self.resolve_expr(call.args[0], scope)
+                if isinstance(inner, Fn | Cls):
+                    return inner
+            return None
+        if name not in ("importlib.import_module", "builtins.__import__") or not call.args:
+            return None
+        first = call.args[0]
+        if not (
+            isinstance(first, ast.Constant)
+            and isinstance(first.value, str)
+            and first.value
+            and not first.value.startswith(".")
+        ):
+            return None
+        module = first.value
+        if name == "builtins.__import__" and len(call.args) < 4 and not any(
+            kw.arg == "fromlist" for kw in call.keywords
+        ):
+            module = module.split(".")[0]  # without a fromlist, the top-level package
+        return self.resolve_qualname(module)
+
     @staticmethod
-    def constructor_flag(name: str, call: ast.Call) -> str | None:
-        hit = match(name)
+    def constructor_flag(callee: Ext, call: ast.Call) -> str | None:
+        """The rule that a value made by calling ``callee`` breaks, if any: an unseeded
+        generator, a pool, a client or result of a network or process call (whose methods,
+        used where the value was made, are not reported a second time)."""
+        hit = match_ext(callee)
         if hit is None:
             return None
         rule, target = hit
-        if target.kind is not TargetKind.CALL or target.is_safe_call(count_given_args(call)):
+        if target.kind is TargetKind.READ or target.is_safe_call(count_given_args(call)):
+            return None
+        if is_file_open(rule.id, target.name) and not opens_for_reading(target.name, call):
             return None
         return rule.id
 
@@ -608,9 +780,9 @@ class Project:
         if base is None:
             return None
         if isinstance(base, Ext):
-            return Ext(f"{base.name}.{attr}")
+            return Ext(f"{base.name}.{attr}", base.on_result)
         if isinstance(base, ExtObj):
-            return Ext(f"{base.made_by}.{attr}")
+            return Ext(f"{base.made_by}.{attr}", not base.annotated)
         if isinstance(base, Mod):
             found = self.module_lookup(base.module, attr)
             return None if found is _MISSING else found  # type: ignore[return-value]

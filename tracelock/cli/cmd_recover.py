@@ -26,7 +26,9 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
     Recorded results are reused; unfinished read-only and idempotent effects are re-run (the
     latter with their first idempotency key); an unfinished irreversible effect blocks its
     run until `tracelock resolve`. Exit 1 if a run could not be continued (its code is gone
-    or diverged); blocked and waiting runs are reported, not failures."""
+    or diverged); blocked and waiting runs are reported, not failures. An unfinished write
+    the store cut when it opened is reported (offset, bytes, where the copy went); damage
+    that is not one is refused (exit 2, JOURNAL_CORRUPT) and nothing is cut or re-run."""
     toolkits = toolkits_for_runs(store_path, None)
     with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime:
 
@@ -38,9 +40,14 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
     document = {"ok": not report.errors} | report.to_dict()
 
     def text() -> str:
+        lines = [
+            f"repaired: cut {repair['length']} bytes at byte {repair['offset']} ({repair['what']}), "
+            f"an unfinished write that was never acknowledged; the bytes are saved in {repair['saved_to']}"
+            for repair in report.repairs
+        ]
         if not report.runs:
-            return "nothing to recover: every run has ended"
-        lines = [f"{'RUN':<28} {'FROM':<18} {'TO':<18} DETAIL"]
+            return "\n".join([*lines, "nothing to recover: every run has ended"])
+        lines.append(f"{'RUN':<28} {'FROM':<18} {'TO':<18} DETAIL")
         for row in report.runs:
             detail = row.get("outcome") or ""
             if row.get("code"):

@@ -11,10 +11,11 @@ import click
 
 from tracelock.cli.cmd_run import result_text, runtime_for
 from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_errors, store_option
+from tracelock.cli.drift_processes import process_attempt
 from tracelock.cli.loading import import_agent, read_json_file, toolkits_for_runs
 from tracelock.errors import UsageError
-from tracelock.runtime.compare import first_difference, projection_of, step_table
-from tracelock.runtime.drift import detect_drift
+from tracelock.runtime.compare import run_difference, step_table
+from tracelock.runtime.drift import compare_attempts, detect_drift, hash_seed
 from tracelock.runtime.fork import fork_run
 from tracelock.runtime.gate import replay_all
 from tracelock.runtime.records import load_run
@@ -125,7 +126,10 @@ def replay_command(
 def fork_command(
     run_id: str, at: int, agent: str | None, policy: Path | None, sandbox: Path | None, store_path: Path, as_json: bool
 ) -> None:
-    """Replay RUN_ID up to step --at from the record, then continue live as a new run."""
+    """Replay RUN_ID up to step --at from the record, then continue live as a new run.
+
+    Refused (exit 2, FORK_REFUSED, no run written) when the code does not reproduce a
+    recorded step before --at. Exit 1 if the new run fails."""
     func: Any = None
     if agent is not None:
         func, toolkits = import_agent(agent)
@@ -143,36 +147,69 @@ def fork_command(
 @click.option("--input", "input_file", type=click.Path(path_type=Path, dir_okay=False), required=True)
 @click.option("--n", "n", type=click.IntRange(min=2), default=5, show_default=True, help="How many runs.")
 @click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy file.")
+@click.option(
+    "--in-process",
+    "in_process",
+    is_flag=True,
+    help="Run every attempt in this process (faster; blind to drift that depends on the hash seed).",
+)
 @json_option
 @reports_errors
-def drift_command(agent: str, input_file: Path, n: int, policy: Path | None, as_json: bool) -> None:
-    """Run AGENT on the same input N times, each in a fresh store; exit 1 on drift."""
-    func, toolkits = import_agent(agent)
-    value = read_json_file(input_file, "input")
+def drift_command(agent: str, input_file: Path, n: int, policy: Path | None, in_process: bool, as_json: bool) -> None:
+    """Run AGENT on the same input N times, each in a fresh store; exit 1 on drift.
 
-    def make(store: Any) -> Runtime:
-        return Runtime(store, policy, toolkits=tuple(toolkits))
+    By default each attempt runs in a fresh Python process with PYTHONHASHSEED set to the
+    attempt number plus one, so that drift across processes (set iteration order) shows."""
+    value = read_json_file(input_file, "input")
 
     def progress(done: int, digest: str | None) -> None:
         if not as_json:
             click.echo(f"... run {done}/{n}: {digest}", err=True)
 
-    report = detect_drift(make, func, value, n, progress=progress)
+    if in_process:
+        func, toolkits = import_agent(agent)
+
+        def make(store: Any) -> Runtime:
+            return Runtime(store, policy, toolkits=tuple(toolkits))
+
+        report = detect_drift(make, func, value, n, progress=progress)
+    else:
+        import_agent(agent)  # a name that cannot be imported is a usage error, once, here
+        seeds = [hash_seed(number) for number in range(n)]
+        attempt = process_attempt(agent, input_file, policy)
+        report = compare_attempts(attempt, n, progress=progress, mode="processes", hash_seeds=seeds)
 
     def text() -> str:
+        mode = "in one process" if report.mode == "in-process" else f"in {n} processes (PYTHONHASHSEED {report.hash_seeds})"
         if not report.drifted:
-            return f"no drift: {n} runs, one fingerprint {report.fingerprints[0]}"
+            return f"no drift: {n} runs {mode}, one fingerprint {report.fingerprints[0]}"
         drift = report.drift or {}
         where = f" at step {drift.get('step')}" if drift.get("step") is not None else ""
         field = f" ({drift.get('field')})" if drift.get("field") else ""
-        return (
-            f"DRIFT in run {drift.get('run')}: {drift.get('kind')} difference in "
-            f"{drift.get('component')}{where}{field}\n  first run: {drift.get('a')!r}\n  this run:  {drift.get('b')!r}"
-        )
+        lines = [
+            f"DRIFT in run {drift.get('run')} of {n} {mode}: {drift.get('kind')} difference in "
+            f"{drift.get('component')}{where}{field}",
+            f"  first run: {drift.get('a')!r}",
+            f"  this run:  {drift.get('b')!r}",
+        ]
+        lines.extend(_changes_text(drift.get("diff", []), "first run", "this run"))
+        return "\n".join(lines)
 
     emit(as_json, {"ok": not report.drifted} | report.to_dict(), text)
     if report.drifted:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def _changes_text(changes: list[dict[str, Any]], before: str, after: str) -> list[str]:
+    lines = []
+    for change in changes[:10]:
+        if change["op"] == "changed":
+            lines.append(f"    {change['path']}: {before} {change['recorded']!r}, {after} {change['requested']!r}")
+        elif change["op"] == "added":
+            lines.append(f"    {change['path']}: only in {after}: {change['requested']!r}")
+        else:
+            lines.append(f"    {change['path']}: only in {before}: {change['recorded']!r}")
+    return lines
 
 
 @click.command("diff")
@@ -182,13 +219,16 @@ def drift_command(agent: str, input_file: Path, n: int, policy: Path | None, as_
 @json_option
 @reports_errors
 def diff_command(run_a: str, run_b: str, store_path: Path, as_json: bool) -> None:
-    """Compare two runs step by step, and say whether their fingerprints match."""
+    """Compare two runs step by step; exit 0 when they match (same fingerprint, no
+    difference), 1 when they differ."""
     with open_store(store_path, create=False, read_only=True) as store:
         a, b = load_run(store, run_a), load_run(store, run_b)
     rows = step_table(a, b)
     fp_a, fp_b = (a.end or {}).get("fingerprint"), (b.end or {}).get("fingerprint")
-    first = first_difference(projection_of(a), projection_of(b))
-    document = {"ok": True, "same_fingerprint": fp_a == fp_b, "fingerprints": [fp_a, fp_b], "first_difference": first, "steps": rows}
+    first = run_difference(a, b)
+    same = fp_a == fp_b and first is None
+    document = {"ok": same, "same": same, "same_fingerprint": fp_a == fp_b, "fingerprints": [fp_a, fp_b],
+                "first_difference": first, "steps": rows}
 
     def text() -> str:
         lines = [f"{'STEP':>4}  {'A: ' + run_a:<36} {'B: ' + run_b:<36} DIFFERS"]
@@ -197,9 +237,12 @@ def diff_command(run_a: str, run_b: str, store_path: Path, as_json: bool) -> Non
         lines.append(f"fingerprints {'MATCH' if fp_a == fp_b else 'DIFFER'}: {fp_a} vs {fp_b}")
         if first:
             lines.append(f"first difference: {first['kind']} in {first['component']}" + (f" at step {first['step']}" if first.get("step") is not None else ""))
+            lines.extend(_changes_text(first.get("diff", []), "A", "B"))
         return "\n".join(lines)
 
     emit(as_json, document, text)
+    if not same:
+        sys.exit(EXIT_CHECK_FAILED)
 
 
 COMMANDS = [replay_command, fork_command, drift_command, diff_command]

@@ -13,6 +13,7 @@ import click
 
 from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_errors, store_option
 from tracelock.cli.loading import build_runtime, import_agent, read_json_file
+from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import RunResult, Runtime
 from tracelock.runtime.toolkit import Toolkit
@@ -149,7 +150,17 @@ def resume_command(
         spec = agent or load_run(probe.store, run_id).entry
     func, toolkits = import_agent(spec)
     with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime:
-        result = runtime.resume(run_id, func)
+        try:
+            result = runtime.resume(run_id, func)
+        except DivergenceError as exc:
+            # A check failed, not the input: the run is left as it was (see docs/recovery.md).
+            left = load_run(runtime.store, run_id)
+            emit(
+                as_json,
+                {"ok": False, "run_id": run_id, "status": left.status, "waiting_step": left.waiting_step, "error": exc.to_dict()},
+                f"run {run_id} not resumed: {exc.message}\nit stays {left.status}",
+            )
+            sys.exit(EXIT_CHECK_FAILED)
     emit(as_json, {"ok": result.outcome in (None, "SUCCESS")} | result.to_dict(), lambda: result_text(result))
     _exit_for(result)
 

@@ -18,9 +18,11 @@ from tracelock.cli.common import (
 )
 from tracelock.cli.describe import Describer
 from tracelock.errors import UsageError
+from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
+from tracelock.evidence.verify import load_pinned_keys
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
-from tracelock.storage.verify import verify_run, verify_store
+from tracelock.storage.verify import verify_run
 
 
 def format_ts(ms: int) -> str:
@@ -118,8 +120,8 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
 
 @click.command("verify")
 @click.argument("target", required=False)
-@click.option("--key", "keys", multiple=True, help="Bundle: pinned public key of the signer (.vkey, .pub or hex; repeatable).")
-@click.option("--origin", default=None, help="Bundle: the log origin the checkpoint must name.")
+@click.option("--key", "keys", multiple=True, help="Bundle or store: pinned public key of the signer (.vkey, .pub or hex; repeatable).")
+@click.option("--origin", default=None, help="Bundle or store: the log origin the checkpoint must name.")
 @click.option("--allow-open", is_flag=True, help="Bundle: accept runs that have not ended.")
 @click.option("--run", "runs", multiple=True, help="Bundle: a run that must be in it (repeatable).")
 @click.option("--replay", default=None, metavar="MODULE:AGENT", help="Bundle: also re-execute the agent against its runs.")
@@ -137,8 +139,9 @@ def verify_command(
     as_json: bool,
 ) -> None:
     """Verify a bundle offline (TARGET is an existing directory, .zip or .tar; needs --key),
-    or recompute every hash of one run (TARGET is a run id) or of the whole store.
-    Exit 1 on any failure."""
+    or recompute every hash of one run (TARGET is a run id) or of the whole store. The whole
+    store is also checked against its signed checkpoints: their roots (integrity) and, with
+    --key, their signatures (trust). Exit 1 on any failure."""
     if target is not None and Path(target).exists():
         from tracelock.cli.cmd_evidence import verify_bundle_target
 
@@ -147,9 +150,11 @@ def verify_command(
             runs=runs, as_json=as_json,
         )
         return
-    if keys or origin or allow_open or runs or replay:
+    if allow_open or runs or replay or (target is not None and (keys or origin)):
         raise UsageError(f"no bundle at {target}" if target else "give the bundle to verify")
     run_id = target
+    verdict: CheckpointVerdict | None = None
+    pins = load_pinned_keys(keys) if keys else []
     with open_for_reading(store_path) as store:
         repairs = _repairs_note(store)
         if run_id is None:
@@ -158,10 +163,14 @@ def verify_command(
                 if not as_json:
                     click.echo(f"... {count} entries verified", err=True)
 
-            report = verify_store(store, progress=progress)
+            report, verdict = verify_store_checkpoints(
+                store, pins, origin=origin, progress=progress
+            )
         else:
             report = verify_run(store, run_id)
     document = report.to_dict() | {"repairs": repairs}
+    if verdict is not None:
+        document["checkpoint"] = verdict.to_dict()
 
     def text() -> str:
         lines = []
@@ -175,6 +184,9 @@ def verify_command(
             issue = report.issue
             where = f"seq {issue.seq}" + (f", run {issue.run}" if issue.run else "")
             lines.append(f"FAILED: {report.scope}: [{issue.code}] at {where}: {issue.message}")
+        if verdict is not None:
+            lines.append(verdict.describe())
+            lines.extend(f"note: {note}" for note in verdict.notes)
         lines.extend(f"note: {note}" for note in report.notes)
         return "\n".join(lines)
 

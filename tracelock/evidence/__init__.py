@@ -33,9 +33,11 @@ from tracelock.evidence.note import (
     sign_note,
 )
 from tracelock.evidence.redaction import redact
+from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import BundleReport, PinnedKey, load_pinned_keys, verify_bundle
 
 __all__ = [
+    "CheckpointVerdict",
     "BundleReport",
     "Checkpoint",
     "CheckpointHistory",
@@ -64,6 +66,7 @@ __all__ = [
     "sign_checkpoint",
     "sign_note",
     "verify_bundle",
+    "verify_store_checkpoints",
     "write_private_key",
     "write_public_key",
 ]

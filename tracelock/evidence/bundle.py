@@ -541,9 +541,20 @@ def _read_zip(path: Path, max_bytes: int) -> BundleFiles:
             for info in archive.infolist():
                 if info.is_dir():
                     continue
+                if info.compress_type != zipfile.ZIP_STORED:
+                    result.problems.append(
+                        (
+                            info.filename,
+                            f"compressed (zip method {info.compress_type}): bundle members are "
+                            "stored uncompressed",
+                        )
+                    )
+                    continue
                 mode = info.external_attr >> 16
                 if info.create_system == 3 and mode and not stat.S_ISREG(mode):
-                    result.problems.append((info.filename, "not a regular file (link?)"))
+                    result.problems.append(
+                        (info.filename, f"not a regular file (Unix mode {mode:o}: a link or special file)")
+                    )
                     continue
                 if info.file_size > max_bytes:
                     raise BundleFormatError(f"{path}: {info.filename} is too large")

@@ -37,6 +37,9 @@ from tracelock.evidence.note import NoteSigner, NoteVerifier, parse_note
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.files import write_durably
+from tracelock.storage.merkle_stream import MerkleStream, open_node_files
+from tracelock.storage.merkle_tree import MerkleTreeTamperedError
+from tracelock.storage.verify import verify_store
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -44,6 +47,7 @@ __all__ = [
     "CheckpointHistory",
     "CheckpointHistoryError",
     "CheckpointInconsistentError",
+    "CheckpointJournalInvalidError",
     "CheckpointNotFoundError",
     "Checkpointer",
     "SigningKey",
@@ -69,6 +73,12 @@ class CheckpointHistoryError(EvidenceError):
     """A file of the store's checkpoint history is unreadable or malformed."""
 
     code: ClassVar[str] = "EVIDENCE_CHECKPOINT_HISTORY"
+
+
+class CheckpointJournalInvalidError(EvidenceError):
+    """The journal fails verification: no checkpoint is signed over it."""
+
+    code: ClassVar[str] = "EVIDENCE_CHECKPOINT_JOURNAL_INVALID"
 
 
 class CheckpointInconsistentError(EvidenceError):
@@ -240,6 +250,7 @@ class CheckpointHistory:
         key: SigningKey | PrivateKey,
         *,
         origin: str | None = None,
+        recheck: bool = True,
     ) -> tuple[StoredCheckpoint, bool]:
         """Sign the store's current tree size and root as the next checkpoint.
 
@@ -248,12 +259,19 @@ class CheckpointHistory:
         one log: an origin different from the previous checkpoint's is refused. Returns the
         checkpoint and whether it is new (when the tree has not grown and the previous
         checkpoint was signed by the same key, that one is returned).
+
+        With ``recheck`` (the default) the journal is verified first, in one pass that also
+        computes its Merkle root from the entries themselves: the root to sign and the
+        previous checkpoint's are checked against that, not against the Merkle node files
+        (a cache, which may be stale or altered) alone.
         """
         signing = key if isinstance(key, SigningKey) else SigningKey(key)
         with self._locked():
             size = store.tree_size()
             root = store.tree_root(size)
             last = self.latest()
+            if recheck:
+                self._recheck(store, last, size, root)
             chosen = origin or (last.origin if last else None) or signing.name or DEFAULT_KEY_NAME
             if last is not None and chosen != last.origin:
                 raise CheckpointOriginError(
@@ -287,6 +305,58 @@ class CheckpointHistory:
             stored = StoredCheckpoint(number, body, note, ((signer.name, signer.key_id),))
             self._append_index(stored, signer)
             return stored, True
+
+    def _recheck(
+        self, store: DirectoryStore, last: StoredCheckpoint | None, size: int, root: bytes
+    ) -> None:
+        """Verify the journal and compare its own root with the previous checkpoint's and
+        with the one the node files give (``size``, ``root``); raise on any difference."""
+        cache, _ = open_node_files(store.path / "merkle")
+        try:
+            stream = MerkleStream([last.size] if last is not None else [], cache)
+            report = verify_store(store, merkle=stream)
+        finally:
+            if cache is not None:
+                cache.close()
+        if report.issue is not None:
+            issue = report.issue
+            raise CheckpointJournalInvalidError(
+                f"the journal fails verification ([{issue.code}] at seq {issue.seq}: "
+                f"{issue.message}); refusing to sign",
+                details={"issue": issue.to_dict()},
+            )
+        if last is not None:
+            if report.entries < last.size:
+                raise CheckpointInconsistentError(
+                    f"the journal has {report.entries} entries but checkpoint {last.number} "
+                    f"covers {last.size}: entries were removed since it was signed",
+                    details={"checkpoint": last.number, "size": report.entries,
+                             "checkpoint_size": last.size},
+                )
+            if stream.roots[last.size] != last.root:
+                raise CheckpointInconsistentError(
+                    f"the journal is not consistent with checkpoint {last.number} (size "
+                    f"{last.size}): the root of its first {last.size} entries differs from the "
+                    "signed one, so entries were rewritten since it was signed; refusing to sign",
+                    details={"checkpoint": last.number},
+                )
+        if stream.mismatch is not None:
+            bad = stream.mismatch
+            raise MerkleTreeTamperedError(
+                f"the Merkle node files of {store.path} disagree with the journal: stored "
+                f"node {bad.index} of level {bad.level} (entries {bad.first_leaf}-"
+                f"{bad.last_leaf}) is not the one the journal gives; refusing to sign (delete "
+                "the store's merkle/ directory to have them rebuilt from the journal)",
+                details={"level": bad.level, "index": bad.index},
+            )
+        if (size, root) != (report.entries, stream.root()):
+            raise MerkleTreeTamperedError(
+                f"the Merkle node files of {store.path} disagree with the journal: they give "
+                f"size {size} and root {root.hex()}, the journal {report.entries} and "
+                f"{stream.root().hex()}; refusing to sign (delete the store's merkle/ "
+                "directory to have them rebuilt from the journal)",
+                details={"size": size, "journal_size": report.entries},
+            )
 
     def _prove_extension(
         self, store: DirectoryStore, last: StoredCheckpoint, size: int, root: bytes
@@ -369,6 +439,12 @@ class Checkpointer:
     soon as its ``run.end`` is durable. ``key`` is a private key, a :class:`SigningKey`, or
     the path of a private key file. Calls are serialized; a call that finds the tree
     unchanged since the last checkpoint by the same key signs nothing new.
+
+    It runs after every run, so by default it does not re-read the whole journal (see
+    :meth:`CheckpointHistory.sign`, ``recheck``): it signs the tree its store handle keeps,
+    proved consistent with the previous checkpoint. ``recheck=True`` verifies the journal
+    before each signature, at the cost of one full pass each time; ``tracelock checkpoint``
+    and ``tracelock verify --store`` always do.
     """
 
     def __init__(
@@ -376,7 +452,9 @@ class Checkpointer:
         key: PrivateKey | SigningKey | str | os.PathLike[str],
         *,
         origin: str | None = None,
+        recheck: bool = False,
     ) -> None:
+        self._recheck = recheck
         if isinstance(key, PrivateKey):
             self._key = SigningKey(key)
         elif isinstance(key, SigningKey):
@@ -394,6 +472,8 @@ class Checkpointer:
                 f"checkpoints are kept for directory stores; {type(store).__name__} has none"
             )
         with self._lock:
-            stored, _ = CheckpointHistory(store.path).sign(store, self._key, origin=self._origin)
+            stored, _ = CheckpointHistory(store.path).sign(
+                store, self._key, origin=self._origin, recheck=self._recheck
+            )
             self.last = stored
             return stored

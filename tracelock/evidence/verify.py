@@ -53,6 +53,7 @@ from tracelock.evidence.note import (
 )
 from tracelock.evidence.proofs import InclusionVerifier
 from tracelock.evidence.redaction import Redaction, parse_redaction
+from tracelock.storage.verify import claimed_position
 
 __all__ = [
     "INTEGRITY",
@@ -447,6 +448,11 @@ def _split_lines(data: bytes) -> tuple[list[bytes], bool]:
     return lines, complete
 
 
+_MANIFEST_MEMBERS = frozenset(
+    ("format", "version", "checkpoint", "runs", "policies", "redacted", "signers", "files")
+)
+
+
 class _Verifier:
     def __init__(
         self,
@@ -514,6 +520,14 @@ class _Verifier:
         if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
             self.fail("manifest.format", f"not a {BUNDLE_FORMAT} manifest", file=MANIFEST)
             return
+        unknown = sorted(set(doc) - _MANIFEST_MEMBERS)
+        if unknown:
+            self.fail(
+                "manifest.format",
+                f"unknown member(s) {', '.join(map(repr, unknown))}: a version "
+                f"{BUNDLE_VERSION} manifest holds only {', '.join(sorted(_MANIFEST_MEMBERS))}",
+                file=MANIFEST,
+            )
         if doc.get("version") != BUNDLE_VERSION:
             self.fail(
                 "manifest.format",
@@ -666,7 +680,23 @@ class _Verifier:
             try:
                 entry = parse_entry(line)
             except EntryFormatError as exc:
-                self.fail("entry.format", f"line {number}: {exc.message}", file=ENTRIES, code=exc.code)
+                run, seq = claimed_position(line)
+                named = ", ".join(
+                    part
+                    for part in (
+                        f"run {run}" if run is not None else "",
+                        f"seq {seq}" if seq is not None else "",
+                    )
+                    if part
+                )
+                self.fail(
+                    "entry.format",
+                    f"line {number}" + (f" ({named})" if named else "") + f": {exc.message}",
+                    file=ENTRIES,
+                    code=exc.code,
+                    run=run,
+                    seq=seq,
+                )
                 continue
             if previous is not None and entry.seq <= previous.seq:
                 self.fail(

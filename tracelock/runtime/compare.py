@@ -5,6 +5,9 @@ difference: ``input``, ``policy``, ``agent``, ``tool`` (an effect added, missing
 replaced), ``ordering`` (the same effects in another order), ``argument``, ``output`` (a
 tool's or the run's output), ``retry`` (attempts), ``timeout``, ``outcome``, ``routing``,
 ``sandbox``.
+
+Every comparison is by canonical form (RFC 8785), as the fingerprint is: ``0`` and ``0.0``
+are the same value, ``true`` and ``1`` are not.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from typing import Any
 
 from tracelock.core.canonical import dumps
 from tracelock.core.fingerprint import effect_projection, run_projection
+from tracelock.core.jsondiff import diff, same_value
 from tracelock.runtime.records import RunRecord
 
-__all__ = ["projection_of", "first_difference", "step_table"]
+__all__ = ["projection_of", "first_difference", "run_difference", "step_table"]
 
 _EFFECT_FIELDS = (
     ("kind", "tool"),
@@ -30,6 +34,9 @@ _EFFECT_FIELDS = (
     ("timeout_ms", "timeout"),
     ("sandbox", "sandbox"),
 )
+
+#: The recorded value behind a projected (hashed) field, where the diff shows the values.
+_VALUE_FIELDS = {"args": "args", "result": "result", "sandbox": "sandbox"}
 
 
 def projection_of(record: RunRecord) -> dict[str, Any]:
@@ -51,10 +58,14 @@ def _identity(effect: Mapping[str, Any]) -> bytes:
     return dumps([effect.get("kind"), effect.get("name"), effect.get("args")])
 
 
+def _differs(a: Any, b: Any) -> bool:
+    return not same_value(a, b)
+
+
 def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any] | None:
     """The first component where projection ``b`` differs from ``a``, or None if identical."""
     for key, kind in (("agent", "agent"), ("input", "input"), ("policy", "policy")):
-        if a[key] != b[key]:
+        if _differs(a[key], b[key]):
             return {"component": key, "kind": kind, "step": None, "a": a[key], "b": b[key]}
     effects_a, effects_b = a["effects"], b["effects"]
     for index in range(max(len(effects_a), len(effects_b))):
@@ -69,19 +80,53 @@ def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, An
                 "b": effects_b[index] if index < len(effects_b) else None,
             }
         ea, eb = effects_a[index], effects_b[index]
-        if ea == eb:
+        if same_value(ea, eb):
             continue
         if _identity(ea) != _identity(eb) and sorted(map(_identity, effects_a)) == sorted(map(_identity, effects_b)):
             return {"component": "effects", "kind": "ordering", "step": ea["step"], "field": "order", "a": ea, "b": eb}
         for field, kind in _EFFECT_FIELDS:
-            if ea.get(field) != eb.get(field):
+            if _differs(ea.get(field), eb.get(field)):
                 return {"component": "effects", "kind": kind, "step": ea["step"], "field": field, "a": ea.get(field), "b": eb.get(field)}
-    if a["routing"] != b["routing"]:
+    if _differs(a["routing"], b["routing"]):
         return {"component": "routing", "kind": "routing", "step": None, "a": a["routing"], "b": b["routing"]}
     for key, kind in (("outcome", "outcome"), ("code", "outcome"), ("output", "output")):
-        if a[key] != b[key]:
+        if _differs(a[key], b[key]):
             return {"component": key, "kind": kind, "step": None, "a": a[key], "b": b[key]}
     return None
+
+
+def run_difference(a: RunRecord, b: RunRecord) -> dict[str, Any] | None:
+    """:func:`first_difference` of two recorded runs, with ``diff``: the differing leaves
+    of the recorded values behind it as JSON pointers (``/args/query`` in an effect,
+    ``/input/...``, ``/output/...``, ``/routing/...`` in the run), compared canonically."""
+    difference = first_difference(projection_of(a), projection_of(b))
+    if difference is None:
+        return None
+    values = _values_behind(a, b, difference)
+    if values is not None:
+        difference["diff"] = diff(*values)
+    return difference
+
+
+def _values_behind(a: RunRecord, b: RunRecord, difference: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    component = difference["component"]
+    if component == "input":
+        return {"input": a.input}, {"input": b.input}
+    if component == "output":
+        return {"output": (a.end or {}).get("output")}, {"output": (b.end or {}).get("output")}
+    if component == "routing":
+        return {"routing": a.routing}, {"routing": b.routing}
+    if component != "effects":
+        return None
+    step = difference["step"]
+    ea, eb = a.effects.get(step, {}), b.effects.get(step, {})
+    field = _VALUE_FIELDS.get(str(difference.get("field")))
+    if field is not None:
+        return {field: ea.get(field)}, {field: eb.get(field)}
+    return (
+        {key: ea.get(key) for key in ("kind", "name", "args")},
+        {key: eb.get(key) for key in ("kind", "name", "args")},
+    )
 
 
 def step_table(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
@@ -93,7 +138,7 @@ def step_table(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
         if pa is None or pb is None:
             differing = ["missing" if pb is None else "added"]
         else:
-            differing = [field for field, _ in _EFFECT_FIELDS if pa.get(field) != pb.get(field)]
+            differing = [field for field, _ in _EFFECT_FIELDS if _differs(pa.get(field), pb.get(field))]
         label_a = f"{pa['kind']} {pa['name']}" if pa else "-"
         label_b = f"{pb['kind']} {pb['name']}" if pb else "-"
         rows.append({"step": step, "a": label_a, "b": label_b, "same": not differing, "differs": differing,

@@ -14,7 +14,10 @@ RESPOND   the agent gets the result, or a :class:`StepError`
 
 When the context carries a recording (resume, replay, fork), a step that was recorded is
 answered from it instead: the request must match the recorded one in kind, name and
-canonical arguments, or the run stops with a divergence report.
+canonical arguments, or the run stops with a divergence report. The first divergence is
+final: it is raised as :class:`Diverged` (which ``except Exception`` does not catch), kept by
+the context, and raised again by every later door, so agent code can neither turn it into a
+match nor move it. A gather is judged member by member in the order the code lists them.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ import threading
 import uuid as uuid_module
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
 from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.jsondiff import diff
-from tracelock.runtime.errors import DivergenceError, StepError
+from tracelock.runtime.errors import Diverged, StepError
 from tracelock.runtime.outcomes import Outcome, Phase, StepFailure, register_code
 from tracelock.runtime.policy import AuthorizationRequest, Decision, Policy, Usage
 from tracelock.runtime.records import RunJournal, RunRecord
@@ -42,7 +45,7 @@ from tracelock.runtime.tools import Tool
 if TYPE_CHECKING:
     from tracelock.runtime.runtime import Runtime
 
-__all__ = ["RunContext", "Task", "Suspend"]
+__all__ = ["RunContext", "Task", "Suspend", "ParentPrefix"]
 
 V = Outcome.VALIDATION_ERROR
 D = Outcome.DENIED
@@ -102,6 +105,17 @@ class Task:
     args: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class ParentPrefix:
+    """A fork child's steps before its fork point (``before``): answered from the parent's
+    record (``run``), and copied into the child's journal, marked with their origin, unless
+    the child's journal already holds the copy (``copied``: a resumed child)."""
+
+    run: str
+    before: int
+    copied: frozenset[int] = frozenset()
+
+
 @dataclass(slots=True)
 class _Request:
     kind: str
@@ -137,6 +151,7 @@ class RunContext:
         recording: RunRecord | None = None,
         replay_only: bool = False,
         fork_before: int | None = None,
+        prefix: ParentPrefix | None = None,
         start_ms: int = 0,
         policy: Policy | None = None,
         annotations: dict[str, Any] | None = None,
@@ -153,6 +168,9 @@ class RunContext:
         self._recording = recording
         self._replay_only = replay_only
         self._fork_before = fork_before
+        if prefix is None and fork_before is not None and recording is not None:
+            prefix = ParentPrefix(recording.run_id, fork_before)
+        self._prefix = prefix
         self._start_ms = start_ms
         self._next_step = 0
         self._lock = threading.Lock()
@@ -163,6 +181,12 @@ class RunContext:
         #: H(args), H(result) of steps executed live, computed once for the fingerprint.
         self.hashes: dict[int, tuple[str, str | None]] = {}
         self._patches: set[str] = set()
+        self._divergence: dict[str, Any] | None = None
+
+    @property
+    def divergence(self) -> dict[str, Any] | None:
+        """The first divergence from the recording, once one was detected: the run's verdict."""
+        return self._divergence
 
     # -- doors -------------------------------------------------------------------------
     @door
@@ -230,16 +254,24 @@ class RunContext:
     @door
     def gather(self, *tasks: Task) -> list[Any]:
         """Run several tool calls concurrently. Results come back in argument order; the
-        order in which they completed is recorded, and replayed exactly."""
+        order in which they completed is recorded, and replayed exactly.
+
+        Against a recording, every member is judged before any of them runs, in argument
+        order: the first member whose request differs is the divergence, and then a member
+        count different from the recorded gather's."""
+        if self._divergence is not None:
+            raise Diverged(self._divergence)
         with self._lock:
             first = self._next_step
             self._next_step += len(tasks)
         requests = [self._tool_request(task.name, dict(task.args)) for task in tasks]
         steps = list(range(first, first + len(tasks)))
         outcomes: dict[int, tuple[bool, Any]] = {}
-        recorded_order = (
-            self._recording.gather_orders.get(first) if self._recording is not None else None
-        )
+        recorded_order = None
+        if self._recording is not None:
+            self._judge_gather(first, requests)
+            if self._is_usable(first):
+                recorded_order = self._recording.gather_orders.get(first)
         if recorded_order is not None and all(self._is_recorded(step) for step in steps):
             for step in recorded_order:
                 outcomes[step] = self._capture(step, requests[step - first])
@@ -252,8 +284,8 @@ class RunContext:
                 for step, request in zip(steps, requests, strict=True)
             }
             # Every member finishes (and is journaled) before gather returns or raises: a
-            # member that suspends the run (approval) or diverges must not leave its siblings
-            # running past the suspension. The lowest such step (argument order) is raised.
+            # member that suspends the run (approval) must not leave its siblings running
+            # past the suspension. The lowest such step (argument order) is raised.
             escaped: dict[int, BaseException] = {}
             for future in concurrent.futures.as_completed(futures):
                 step = futures[future]
@@ -263,6 +295,8 @@ class RunContext:
                     escaped[step] = exc
                     continue
                 order.append(step)
+            if self._divergence is not None:
+                raise Diverged(self._divergence)
             if escaped:
                 raise escaped[min(escaped)]
         if self._journal is not None and not self._replay_only:
@@ -275,15 +309,53 @@ class RunContext:
             results.append(value)
         return results
 
+    def _judge_gather(self, first: int, requests: list[_Request]) -> None:
+        """Compare a gather's members with the recording in argument order (never in the
+        recorded completion order, which depends on timing), then its member count."""
+        recording = self._recording
+        assert recording is not None
+        order = recording.gather_orders.get(first) if self._is_usable(first) else None
+        judged = len(requests) if order is None else min(len(requests), len(order))
+        for offset in range(judged):
+            step = first + offset
+            if not self._is_usable(step):
+                return  # a fork's live part: nothing to match
+            self._judge(step, requests[offset])
+        if order is None or sorted(order) == list(range(first, first + len(requests))):
+            return
+        if not self._is_usable(first + judged):
+            return  # the counts differ only in a fork's live part
+        members = sorted(order)
+        was = [
+            {key: recording.effects.get(step, {}).get(key) for key in ("kind", "name", "args")}
+            for step in members
+        ]
+        now = [_describe(request) for request in requests]
+        self._diverge(
+            {
+                "message": f"step {first + judged}: the gather at step {first} has "
+                f"{len(requests)} members; the recorded one has {len(order)} members",
+                "step": first + judged,
+                "kind": "changed_gather",
+                "gather": first,
+                "fields": ["members"],
+                "diff": diff({"members": was}, {"members": now}),
+                "requested": {"members": now},
+                "recorded": {"members": was},
+            }
+        )
+
     @door
     def route(self, decision: dict[str, Any]) -> None:
         """Record a routing decision (replay: it must equal the recorded one)."""
+        if self._divergence is not None:
+            raise Diverged(self._divergence)
         position = len(self.routing)
         if self._recording is not None and self._fork_before is None:
             recorded = self._recording.routing
             if position < len(recorded):
                 if dumps(recorded[position]) != dumps(decision):
-                    raise DivergenceError(
+                    self._diverge(
                         {
                             "message": f"routing decision {position} differs from the recorded one",
                             "step": None,
@@ -295,7 +367,7 @@ class RunContext:
                 self.routing.append(decision)
                 return
             if self._replay_only:
-                raise DivergenceError(
+                self._diverge(
                     {
                         "message": f"routing decision {position} was not recorded",
                         "step": None,
@@ -322,6 +394,8 @@ class RunContext:
         A new run takes the new path and records the marker; a run recorded before the change
         has no marker, so its replay (or resumption) takes the old path and still matches.
         """
+        if self._divergence is not None:
+            raise Diverged(self._divergence)
         recording = self._recording
         if recording is not None and self._fork_before is None:
             return change_id in recording.patches
@@ -333,6 +407,8 @@ class RunContext:
     @door
     def mark(self, kind: str, doc: dict[str, Any]) -> None:
         """Journal an informational entry (not an effect; not part of the fingerprint)."""
+        if self._divergence is not None:
+            raise Diverged(self._divergence)
         if self._journal is not None and not self._replay_only and not self._is_replaying_marks():
             self._journal.mark(kind, doc)
 
@@ -359,6 +435,11 @@ class RunContext:
         except StepError as exc:
             return False, exc
 
+    def _is_usable(self, step: int) -> bool:
+        """Whether the recording answers ``step`` (a fork reuses only the steps before its
+        fork point)."""
+        return self._recording is not None and (self._fork_before is None or step < self._fork_before)
+
     def _is_recorded(self, step: int) -> bool:
         recording = self._recording
         if recording is None or (self._fork_before is not None and step >= self._fork_before):
@@ -366,6 +447,8 @@ class RunContext:
         return step in recording.effects
 
     def _step(self, request: _Request, *, step: int | None = None) -> Any:
+        if self._divergence is not None:
+            raise Diverged(self._divergence)
         if step is None:
             with self._lock:
                 step = self._next_step
@@ -378,16 +461,41 @@ class RunContext:
             if step in recording.pending and not self._replay_only:
                 return self._resume_pending(step, request, recording.pending[step])
         if self._replay_only:
-            raise DivergenceError(
-                {
-                    "message": f"step {step}: the code requests an effect the recording does not have",
-                    "step": step,
-                    "kind": "added_effect",
-                    "requested": _describe(request),
-                    "recorded": None,
-                }
-            )
+            self._added(step, request)
         return self._live(step, request)
+
+    def _judge(self, step: int, request: _Request) -> None:
+        """Raise the divergence that answering ``step`` with the recording would raise,
+        without answering it."""
+        recording = self._recording
+        if recording is not None and self._is_usable(step):
+            if step in recording.effects:
+                self._mismatch(step, request, recording.effects[step])
+                return
+            if step in recording.pending and not self._replay_only:
+                self._mismatch(step, request, recording.pending[step])
+                return
+        if self._replay_only:
+            self._added(step, request)
+
+    def _added(self, step: int, request: _Request) -> NoReturn:
+        self._diverge(
+            {
+                "message": f"step {step}: the code requests an effect the recording does not have",
+                "step": step,
+                "kind": "added_effect",
+                "requested": _describe(request),
+                "recorded": None,
+            }
+        )
+
+    def _diverge(self, report: dict[str, Any]) -> NoReturn:
+        """Keep the first divergence (the verdict) and unwind the agent with it."""
+        with self._lock:
+            if self._divergence is None:
+                self._divergence = report
+            first = self._divergence
+        raise Diverged(first)
 
     # -- answering from a recording ------------------------------------------------------
     def _mismatch(self, step: int, request: _Request, recorded: Mapping[str, Any]) -> None:
@@ -401,7 +509,7 @@ class RunContext:
         elsewhere = self._recorded_step_like(requested, step)
         if elsewhere is not None:
             kind = "reordered_effect"
-        raise DivergenceError(
+        self._diverge(
             {
                 "message": f"step {step}: requested {requested['kind']} {requested['name']!r} "
                 f"does not match the recorded {was['kind']} {was['name']!r} "
@@ -434,11 +542,13 @@ class RunContext:
         self._mismatch(step, request, recorded)
         self._count(recorded)
         self.effects[step] = recorded
-        if self._fork_before is not None and self._journal is not None:
-            # A fork copies the reused prefix into its own journal, marked with its origin.
-            reused = dict(recorded)
-            reused["reused_from"] = {"run": self._recording.run_id if self._recording else None, "step": step}
-            self._journal.effect(reused)
+        prefix = self._prefix
+        if prefix is not None and step < prefix.before and self._journal is not None and not self._replay_only:
+            if step not in prefix.copied:
+                # A fork copies the reused prefix into its own journal, marked with its origin.
+                reused = dict(recorded)
+                reused["reused_from"] = {"run": prefix.run, "step": step}
+                self._journal.effect(reused)
             self.reused.append(step)
         return self._respond(step, recorded)
 
@@ -679,7 +789,10 @@ class RunContext:
         return policy.authorize(auth, usage)
 
     def _check_approval(self, step: int, request: _Request, doc: dict[str, Any], decision: Decision) -> None:
-        approval = self._recording.approvals.get(step) if self._recording is not None else None
+        # A fork's live steps are not the parent's: a human's approval in the parent is no
+        # approval of them.
+        recording = self._recording
+        approval = recording.approvals.get(step) if recording is not None and self._is_usable(step) else None
         if approval is None:
             doc["awaiting_approval"] = True
             raise Suspend(

@@ -1,7 +1,15 @@
 """Drift: run the same input N times live, in isolated runs, and compare fingerprints.
 
-Each run goes to its own fresh store (so no run can see another's state). On a difference
-the report names the first component and step that differ and the kind of drift.
+Each attempt records its run in a fresh store of its own (so no run can see another's
+state); the stores live in a temporary directory removed afterwards. On a difference the
+report names the first component and step that differ, the kind of drift, and the differing
+leaves as JSON pointers (compared canonically).
+
+An *attempt* is anything that records one run in a given store directory: in this process
+(:func:`detect_drift`), or in a fresh interpreter with its own hash seed (the CLI's default,
+see ``tracelock.cli.drift_processes``), which is the only way to see drift that depends on
+string hashing, such as iterating over a set of strings. :func:`hash_seed` gives each
+attempt its ``PYTHONHASHSEED``, from the attempt number alone.
 """
 
 from __future__ import annotations
@@ -12,11 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracelock.runtime.compare import first_difference, projection_of
-from tracelock.runtime.records import load_run
+from tracelock.runtime.compare import run_difference
+from tracelock.runtime.records import RunRecord, load_run
 from tracelock.storage.directory import DirectoryStore
 
-__all__ = ["DriftReport", "detect_drift"]
+__all__ = ["Attempt", "DriftReport", "compare_attempts", "detect_drift", "hash_seed"]
+
+#: ``attempt(number, store_dir)`` records one run in a new store at ``store_dir`` and
+#: returns its run id.
+Attempt = Callable[[int, Path], str]
 
 
 @dataclass
@@ -24,13 +36,66 @@ class DriftReport:
     runs: int
     fingerprints: list[str | None]
     drift: dict[str, Any] | None
+    mode: str = "in-process"
+    hash_seeds: list[int] | None = None
 
     @property
     def drifted(self) -> bool:
         return self.drift is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "fingerprints": self.fingerprints, "drifted": self.drifted, "drift": self.drift}
+        return {
+            "runs": self.runs,
+            "mode": self.mode,
+            "hash_seeds": self.hash_seeds,
+            "fingerprints": self.fingerprints,
+            "drifted": self.drifted,
+            "drift": self.drift,
+        }
+
+
+def hash_seed(attempt: int) -> int:
+    """The ``PYTHONHASHSEED`` of attempt ``attempt`` (numbered from 0): distinct for every
+    attempt, the same on every invocation, never 0 (which turns hash randomization off)."""
+    if attempt < 0:
+        raise ValueError("attempts are numbered from 0")
+    return attempt + 1
+
+
+def compare_attempts(
+    attempt: Attempt,
+    n: int,
+    *,
+    progress: Callable[[int, str | None], None] | None = None,
+    mode: str = "in-process",
+    hash_seeds: list[int] | None = None,
+) -> DriftReport:
+    """Run ``attempt`` for attempts ``0 .. n-1``, each in a fresh store, and compare each
+    run with the first."""
+    if n < 2:
+        raise ValueError("drift needs at least 2 runs")
+    fingerprints: list[str | None] = []
+    first: RunRecord | None = None
+    drift: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="tracelock-drift-") as tmp:
+        for number in range(n):
+            location = Path(tmp) / f"run-{number}"
+            run_id = attempt(number, location)
+            store = DirectoryStore(location, create=False)
+            try:
+                record = load_run(store, run_id)
+            finally:
+                store.close()
+            digest = (record.end or {}).get("fingerprint")
+            fingerprints.append(digest)
+            if progress is not None:
+                progress(number + 1, digest)
+            if first is None:
+                first = record
+            elif drift is None and digest != fingerprints[0]:
+                difference = run_difference(first, record)
+                drift = {"run": number, **(difference or {"component": "unknown", "kind": "unknown"})}
+    return DriftReport(n, fingerprints, drift, mode, hash_seeds)
 
 
 def detect_drift(
@@ -41,28 +106,16 @@ def detect_drift(
     *,
     progress: Callable[[int, str | None], None] | None = None,
 ) -> DriftReport:
-    """``make_runtime(store)`` builds a runtime over a fresh store for each run."""
-    if n < 2:
-        raise ValueError("drift needs at least 2 runs")
-    fingerprints: list[str | None] = []
-    first_projection: dict[str, Any] | None = None
-    drift: dict[str, Any] | None = None
-    with tempfile.TemporaryDirectory(prefix="tracelock-drift-") as tmp:
-        for number in range(n):
-            store = DirectoryStore(Path(tmp) / f"run-{number}")
-            runtime = make_runtime(store)
-            try:
-                result = runtime.run(agent, input)
-                projection = projection_of(load_run(store, result.run_id))
-            finally:
-                runtime.close()
-                store.close()
-            fingerprints.append(result.fingerprint)
-            if progress is not None:
-                progress(number + 1, result.fingerprint)
-            if first_projection is None:
-                first_projection = projection
-            elif drift is None and result.fingerprint != fingerprints[0]:
-                difference = first_difference(first_projection, projection)
-                drift = {"run": number, **(difference or {"component": "unknown", "kind": "unknown"})}
-    return DriftReport(n, fingerprints, drift)
+    """Every attempt in this process: ``make_runtime(store)`` builds a runtime over a fresh
+    store for each run. Drift that depends on the process's hash seed cannot show here."""
+
+    def in_process(number: int, location: Path) -> str:
+        store = DirectoryStore(location)
+        runtime = make_runtime(store)
+        try:
+            return str(runtime.run(agent, input).run_id)
+        finally:
+            runtime.close()
+            store.close()
+
+    return compare_attempts(in_process, n, progress=progress)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from tracelock.errors import ReplayError, RuntimeFault, TracelockError
 from tracelock.runtime.outcomes import Outcome, Phase
@@ -13,6 +13,7 @@ __all__ = [
     "LifecycleError",
     "RunStateError",
     "DivergenceError",
+    "Diverged",
     "ToolNotFoundError",
 ]
 
@@ -75,4 +76,21 @@ class DivergenceError(ReplayError):
 
     def __init__(self, report: dict[str, Any]) -> None:
         super().__init__(report.get("message", "replay diverged"), details=report)
+        self.report = report
+
+
+class Diverged(BaseException):
+    """Raised into agent code when a request does not match the recording.
+
+    Not a :class:`TracelockError`: like ``Suspend`` it derives from BaseException, so that an
+    agent's ``except Exception`` (a fallback, a retry loop) cannot catch it. The context also
+    remembers the first divergence: an agent that catches this anyway and carries on gets it
+    again from every later door, and the run's verdict is that first divergence, raised to the
+    caller as :class:`DivergenceError`.
+    """
+
+    code: ClassVar[str] = DivergenceError.code
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__(report.get("message", "replay diverged"))
         self.report = report

@@ -4,22 +4,58 @@ For "what if this model, this prompt": the new run reuses every recorded result 
 fork point (never re-executing it; each reused effect is copied into the new run, marked
 with its origin) and runs live from there with the current code, LLM and tools. The new
 run's start records its parent and the fork point.
+
+A fork whose code does not reproduce the recorded prefix is refused, and leaves no run that
+recovery would continue: the code is first replayed against the parent with nothing
+written, and the child is created only if every effect before the fork point matched. If
+the code still diverges in the prefix while the child runs (it depends on something outside
+the doors), the child is ended ``aborted`` before the refusal is raised.
+
+A child cut short (a crash while it copied its prefix, or a suspension) is resumed the same
+way: every step before the fork point is answered from the parent's record, never live, and
+copied into the child's journal if it is not there yet; a copy already there must equal the
+parent's step (:func:`child_recording`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracelock.errors import UsageError
-from tracelock.runtime.context import RunContext
+from tracelock.core.canonical import CanonicalError, dumps
+from tracelock.errors import StoreError, UsageError
+from tracelock.runtime.context import ParentPrefix, RunContext
+from tracelock.runtime.errors import DivergenceError
+from tracelock.runtime.lifecycle import check_transition
 from tracelock.runtime.policy import Policy
-from tracelock.runtime.records import RunJournal, load_run
+from tracelock.runtime.records import RunJournal, RunRecord, load_run
+from tracelock.runtime.replay import replay_record
 
 if TYPE_CHECKING:
     from tracelock.runtime.runtime import RunResult, Runtime
 
-__all__ = ["fork_run"]
+__all__ = ["ForkRefusedError", "ForkPrefixError", "fork_run", "child_recording"]
+
+#: Divergences that do not contradict the prefix: the code asks for more than the parent
+#: recorded (the fork runs it live) or for less (nothing live runs at all).
+_NOT_A_PREFIX_DIVERGENCE = frozenset({"added_effect", "missing_effect", "added_routing"})
+
+
+class ForkRefusedError(DivergenceError):
+    """The fork's code does not reproduce the parent's steps before the fork point.
+
+    ``report`` is the divergence report (step, kind, fields, diff) with ``fork_at`` and,
+    when the child had already been created, ``child`` (then ended ``aborted``)."""
+
+    code = "FORK_REFUSED"
+
+
+class ForkPrefixError(DivergenceError):
+    """A fork child cannot be resumed from its parent: a prefix step copied into its journal
+    differs from the parent's, or the parent's record cannot be read. Nothing is run."""
+
+    code = "FORK_PREFIX_INVALID"
 
 
 def fork_run(
@@ -32,11 +68,14 @@ def fork_run(
     policy: Policy | None = None,
 ) -> RunResult:
     """``policy`` governs the live part; by default it is the policy the parent was
-    recorded under."""
+    recorded under. Raises :class:`ForkRefusedError` when the code diverges before ``at``."""
     parent = load_run(runtime.store, run_id)
     if at < 0:
         raise UsageError("the fork point is a step number, 0 or more")
     func, name = runtime.agent_for(parent, agent)
+    divergence = prefix_divergence(runtime, parent, func, at)
+    if divergence is not None:
+        raise ForkRefusedError(_refusal(divergence, run_id, at, None))
     child = new_run_id or runtime._ids()
     journal = RunJournal(runtime.store, child, strict=runtime.strict_durability)
     policy = policy if policy is not None else runtime.policy_of(parent)
@@ -65,6 +104,114 @@ def fork_run(
         start_ms=start.ts,
         policy=policy,
     )
-    result = runtime._drive(ctx, func, name, parent.input, journal, status="running")
+    try:
+        result = runtime._drive(ctx, func, name, parent.input, journal, status="running")
+    except DivergenceError as exc:
+        report = _refusal(exc.report, run_id, at, child)
+        check_transition("running", "aborted")
+        journal.end(
+            "aborted",
+            {
+                "outcome": None,
+                "code": ForkRefusedError.code,
+                "output": None,
+                "fingerprint": None,
+                "error": str(report.get("message")),
+            },
+        )
+        raise ForkRefusedError(report) from None
     result.parent = {"run": run_id, "step": at, "reused_steps": list(ctx.reused)}
     return result
+
+
+def prefix_divergence(
+    runtime: Runtime, parent: RunRecord, func: Callable[..., Any], at: int
+) -> dict[str, Any] | None:
+    """The divergence report of ``func`` replayed against ``parent`` when it contradicts a
+    recorded step before ``at``; None when the prefix is reproduced. Writes nothing."""
+    report = replay_record(runtime, parent, func)
+    divergence = report.divergence
+    if divergence is None or divergence.get("kind") in _NOT_A_PREFIX_DIVERGENCE:
+        return None
+    step = divergence.get("step")
+    if step is None:
+        # A different output is no prefix step; a different routing decision is, when
+        # anything is reused: the reused effects were requested by the agent it chose.
+        return divergence if divergence.get("kind") == "changed_routing" and at > 0 else None
+    return divergence if isinstance(step, int) and step < at else None
+
+
+def _refusal(divergence: Mapping[str, Any], parent: str, at: int, child: str | None) -> dict[str, Any]:
+    report = dict(divergence)
+    report["message"] = (
+        f"fork of run {parent} at step {at} refused: the code does not reproduce the recorded "
+        f"prefix ({divergence.get('message')})"
+    )
+    report["fork_at"] = at
+    report["parent"] = parent
+    if child is not None:
+        report["child"] = child
+    return report
+
+
+def child_recording(runtime: Runtime, child: RunRecord) -> tuple[RunRecord, ParentPrefix]:
+    """The recording a fork child resumes from: the parent's steps before the fork point
+    (what the fork reused), the child's own from the fork point on, and what the child's
+    journal already holds of the prefix. Raises :class:`ForkPrefixError` when a copy there
+    differs from the parent's step or the parent cannot be read."""
+    origin = child.parent or {}
+    parent_id, at = origin.get("run"), origin.get("step")
+    if not isinstance(parent_id, str) or isinstance(at, bool) or not isinstance(at, int):
+        raise ForkPrefixError(_prefix_report(child.run_id, None, f"its start names no valid parent: {origin!r}"))
+    try:
+        parent = load_run(runtime.store, parent_id)
+    except StoreError as exc:
+        raise ForkPrefixError(_prefix_report(child.run_id, None, f"parent {parent_id} cannot be read: {exc}")) from None
+    for step in sorted(step for step in child.effects if step < at):
+        problem = _copy_problem(child.effects[step], parent.effects.get(step), parent_id, step)
+        if problem is not None:
+            raise ForkPrefixError(_prefix_report(child.run_id, step, problem))
+    stray = sorted(step for step in child.pending if step < at)
+    if stray:
+        raise ForkPrefixError(_prefix_report(child.run_id, stray[0], "an unfinished effect before the fork point"))
+    recording = dataclasses.replace(
+        child,
+        effects=_split(parent.effects, child.effects, at),
+        pending=_split(parent.pending, child.pending, at),
+        gather_orders=_split(parent.gather_orders, child.gather_orders, at),
+    )
+    copied = frozenset(step for step in child.effects if step < at)
+    return recording, ParentPrefix(parent_id, at, copied)
+
+
+def _split(before: Mapping[int, Any], after: Mapping[int, Any], at: int) -> dict[int, Any]:
+    merged = {step: value for step, value in before.items() if step < at}
+    merged.update((step, value) for step, value in after.items() if step >= at)
+    return merged
+
+
+def _copy_problem(copy: Mapping[str, Any], original: Mapping[str, Any] | None, parent: str, step: int) -> str | None:
+    if original is None:
+        return f"the parent {parent} has no result at that step"
+    if copy.get("reused_from") != {"run": parent, "step": step}:
+        return f"the child's entry is not a copy of step {step} of {parent} (reused_from {copy.get('reused_from')!r})"
+    try:
+        same = _comparable(copy) == _comparable(original)
+    except CanonicalError:
+        same = False
+    return None if same else f"the copy differs from step {step} of the parent {parent}"
+
+
+def _comparable(doc: Mapping[str, Any]) -> bytes:
+    # Absent and null members mean the same in an effect document.
+    return dumps({key: value for key, value in doc.items() if value is not None and key != "reused_from"})
+
+
+def _prefix_report(child: str, step: int | None, problem: str) -> dict[str, Any]:
+    where = f" at step {step}" if step is not None else ""
+    return {
+        "message": f"fork child {child} cannot be resumed from its parent{where}: {problem}",
+        "step": step,
+        "kind": "invalid_fork_prefix",
+        "child": child,
+    }

@@ -27,6 +27,8 @@ __all__ = ["RecoveryReport", "recover_runs", "resolve_step", "abort_run", "resum
 @dataclass
 class RecoveryReport:
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: What the store cut when it opened (``Repair.to_dict()``): unfinished writes only.
+    repairs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def blocked(self) -> list[dict[str, Any]]:
@@ -40,7 +42,7 @@ class RecoveryReport:
         counts: dict[str, int] = {}
         for run in self.runs:
             counts[run["to"]] = counts.get(run["to"], 0) + 1
-        return {"runs": self.runs, "counts": counts}
+        return {"runs": self.runs, "counts": counts, "repairs": self.repairs}
 
 
 def resumable(record: RunRecord) -> bool:
@@ -60,7 +62,7 @@ def recover_runs(
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> RecoveryReport:
-    report = RecoveryReport()
+    report = RecoveryReport(repairs=[repair.to_dict() for repair in runtime.store.repairs])
     unfinished = [info for info in runtime.store.runs() if info.status not in TERMINAL_STATES]
     runtime._batch = True
     try:

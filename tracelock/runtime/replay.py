@@ -2,7 +2,10 @@
 
 Each effect the code requests must match the recorded one at the same step in kind, name
 and canonical arguments; the first mismatch stops the replay with a divergence report.
-A replay writes nothing. A matching replay reproduces the recorded output and fingerprint.
+That first divergence is the verdict even if the agent catches what the context raised and
+carries on (see :class:`tracelock.runtime.errors.Diverged`); a gather is judged in the
+order the code lists its members. A replay writes nothing. A matching replay reproduces the
+recorded output and fingerprint.
 """
 
 from __future__ import annotations

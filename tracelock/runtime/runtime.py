@@ -23,6 +23,7 @@ from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.runtime import strict as strict_mode
 from tracelock.runtime.context import RunContext, Suspend
 from tracelock.runtime.errors import AgentDefinitionError, DivergenceError, RunStateError, StepError
+from tracelock.runtime.fork import child_recording
 from tracelock.runtime.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.outcomes import Outcome, register_code
 from tracelock.runtime.policy import Policy
@@ -359,7 +360,7 @@ class Runtime:
         if self.strict:
             strict_mode.install()  # guards modules imported since the last run
         try:
-            output = _call_agent(func, ctx, input, strict=self.strict)
+            output = _judged_call(func, ctx, input, strict=self.strict)
             try:
                 canonical = dumps(output)
                 # The caller gets the JSON form, exactly what retrieve() will return later.
@@ -529,12 +530,18 @@ class Runtime:
     ) -> RunResult:
         """Continue an unfinished run from its journal: recorded steps are answered from
         it, the rest runs live and is appended to the same run. ``record`` is the run's
-        record when the caller has just loaded it."""
+        record when the caller has just loaded it.
+
+        A fork child's steps before its fork point are answered from its parent's record
+        (see :func:`child_recording`). When the code diverges from the record, nothing more
+        runs: a run resumed from ``awaiting_approval`` or ``blocked`` is returned to that
+        state (journaled, with the divergence) and :class:`DivergenceError` is raised."""
         record = record if record is not None and record.run_id == run_id else load_run(self.store, run_id)
         if record.status in TERMINAL_STATES:
             return result_from_record(record)
         func, _ = self.agent_for(record, agent)
         name = record.agent
+        recording, prefix = (record, None) if record.parent is None else child_recording(self, record)
         journal = RunJournal(self.store, run_id, strict=self.strict_durability, batch=self._batch)
         status = record.status
         if status in ("awaiting_approval", "blocked"):
@@ -547,12 +554,21 @@ class Runtime:
             input=record.input,
             seed=str(record.start.get("seed")),
             journal=journal,
-            recording=record,
+            recording=recording,
+            prefix=prefix,
             start_ms=record.entries[0].ts,
             policy=self.policy_of(record),
             annotations=record.annotations,
         )
-        return self._drive(ctx, func, name, record.input, journal, status=status)
+        try:
+            result = self._drive(ctx, func, name, record.input, journal, status=status)
+        except DivergenceError as exc:
+            if status != record.status:
+                _return_to_waiting(journal, record, exc.report)
+            raise
+        if prefix is not None:
+            result.parent = {"run": prefix.run, "step": prefix.before, "reused_steps": sorted(ctx.reused)}
+        return result
 
     def policy_of(self, record: RunRecord) -> Policy:
         """The policy a run was recorded under (kept in the store by its hash)."""
@@ -615,6 +631,22 @@ def _proposal_agent(ctx: RunContext, input: Any) -> Any:
 _proposal_agent.__tracelock_agent__ = AgentSpec("tracelock:step", _proposal_agent)  # type: ignore[attr-defined]
 
 
+def _judged_call(func: Callable[..., Any], ctx: RunContext, input: Any, *, strict: bool) -> Any:
+    """Call the agent; once the context has detected a divergence, that first divergence is
+    the verdict, however the agent ended (returned, raised something else, suspended)."""
+    try:
+        output = _call_agent(func, ctx, input, strict=strict)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if ctx.divergence is not None:
+            raise DivergenceError(ctx.divergence) from None
+        raise
+    if ctx.divergence is not None:
+        raise DivergenceError(ctx.divergence)
+    return output
+
+
 def _call_agent(func: Callable[..., Any], ctx: RunContext, input: Any, *, strict: bool) -> Any:
     if inspect.iscoroutinefunction(func):
         if not strict:
@@ -651,6 +683,22 @@ def resolve_agent_path(path: str) -> Callable[..., Any]:
     if not callable(target):
         raise AgentDefinitionError(f"{path} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _return_to_waiting(journal: RunJournal, record: RunRecord, divergence: dict[str, Any]) -> None:
+    """Put a resumed run that diverged back in the state it waited in, so that nothing runs
+    it live until its code reproduces the record again."""
+    check_transition("running", record.status)
+    message = str(divergence.get("message", "the code diverged from the record"))
+    try:
+        dumps(divergence)
+        kept = divergence
+    except CanonicalError:
+        kept = {key: divergence.get(key) for key in ("message", "step", "kind")}
+    journal.state(
+        record.status,
+        {"step": record.waiting_step, "reason": f"resume diverged: {message}", "divergence": kept},
+    )
 
 
 def result_from_record(record: RunRecord) -> RunResult:

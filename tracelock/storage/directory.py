@@ -4,9 +4,13 @@ Layout::
 
     <dir>/store.json     format marker and store id (written once, fsynced)
     <dir>/journal.log    entries and payload records (see ``journal_file``)
+    <dir>/journal.synced how much of the journal is known durable (see ``synced_mark``)
     <dir>/lock           advisory lock held by the one writer process
     <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale)
-    <dir>/quarantine/    bytes cut from a torn tail, kept for inspection
+    <dir>/quarantine/    bytes cut from an unfinished write, kept for inspection
+
+The journal and the mark are read and written through a ``FileIO`` (``fileio``), so that
+tests can run the store on a simulated disk.
 
 One process writes at a time (``flock`` on ``lock``); any number may read.
 """
@@ -52,6 +56,7 @@ from tracelock.storage.errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
+from tracelock.storage.fileio import OS_FILES, FileIO
 from tracelock.storage.files import fsync_dir, write_durably
 from tracelock.storage.index import Index, IndexedPayload
 from tracelock.storage.journal_file import (
@@ -65,6 +70,7 @@ from tracelock.storage.journal_file import (
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
 from tracelock.storage.seen import PayloadFilter
+from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 
@@ -78,9 +84,6 @@ _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
 _INDEX_BATCH = 2048
 _PAYLOAD_CACHE = 65536
 _NUL = b"\0"
-#: How far back from the data's end a hole of NUL bytes still counts as a torn write: twice
-#: the most the writer hands the kernel between syncs in one batch.
-_TORN_WINDOW = 8 << 20
 
 
 def wall_clock_ms() -> int:
@@ -107,7 +110,11 @@ class _PendingIndex:
 
 
 class DirectoryStore:
-    """A :class:`tracelock.storage.backend.Store` kept in one directory."""
+    """A :class:`tracelock.storage.backend.Store` kept in one directory.
+
+    ``files`` is how the journal and its synced mark are read and written (default: the
+    real file system); the tests pass a simulated disk that can lose power.
+    """
 
     def __init__(
         self,
@@ -117,6 +124,7 @@ class DirectoryStore:
         read_only: bool = False,
         clock: Callable[[], int] | None = None,
         store_id: Callable[[], str] | None = None,
+        files: FileIO | None = None,
     ) -> None:
         self._path = Path(path)
         self._read_only = read_only
@@ -127,7 +135,9 @@ class DirectoryStore:
         # Re-entrant: the Merkle tree calls back for leaf hashes while a query holds it.
         self._index_lock = threading.RLock()
         self._lock_fd: int | None = None
-        self._wfd: int | None = None
+        self._files = files if files is not None else OS_FILES
+        self._writable = False  # the journal is open for writing (this handle holds the lock)
+        self._mark: SyncedMark | None = None
         self._log: GroupCommitLog | None = None
         self._heads: dict[str, tuple[int, str]] = {}
         # Runs closed by this handle whose closing entry has not reached the index yet.
@@ -154,9 +164,9 @@ class DirectoryStore:
             # tail and bring the on-disk index up to date. When a writer holds the lock, a
             # reader builds a private in-memory index instead and repairs nothing.
             self._owns_lock = self._acquire_lock(wait_fail=not read_only)
-            if self._owns_lock:
-                self._wfd = os.open(journal, os.O_WRONLY | os.O_CLOEXEC)  # writes at offsets: see GroupCommitLog
-            self._rfd = os.open(journal, os.O_RDONLY | os.O_CLOEXEC)
+            self._writable = self._owns_lock
+            self._file = self._files.open(journal, write=self._writable)
+            self._mark = SyncedMark.open(self._files, self._path, write=self._writable)
             self._index = self._open_index()
             end = self._catch_up()
             self._next_seq = self._index.entry_count
@@ -165,8 +175,8 @@ class DirectoryStore:
             if self._owns_lock:
                 self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
                 self._sync_tree()
-            if self._wfd is not None and not read_only:
-                self._log = GroupCommitLog(self._wfd, end)
+            if self._writable and not read_only:
+                self._log = GroupCommitLog(self._file, end, mark=self._record_mark(end))
         except BaseException:
             self._release()
             raise
@@ -174,12 +184,15 @@ class DirectoryStore:
     # -- opening -----------------------------------------------------------------------
     def _create(self, store_id: Callable[[], str]) -> None:
         self._path.mkdir(parents=True, exist_ok=True)
-        journal = self._path / "journal.log"
-        fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        # Both made durable here; store.json, written last, syncs the directory that
+        # names them, and marks the store as created.
+        for name, content in (("journal.log", b""), (MARK_FILE, encode_mark(0))):
+            fd = os.open(self._path / name, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         marker = {"format": STORE_FORMAT, "version": STORE_VERSION, "store_id": store_id()}
         write_durably(self._path / "store.json", dumps(marker) + b"\n")
         parent = self._path.resolve().parent
@@ -233,26 +246,46 @@ class DirectoryStore:
                 Path(str(path) + suffix).unlink(missing_ok=True)
             return Index(path)
 
-    def _index_matches_journal(self, size: int) -> bool:
+    def _index_matches_journal(self, size: int, synced: int | None) -> bool:
         end = self._index.journal_end
         count = self._index.entry_count
         if end > size:
             return False
+        # The index is never synced: after a power cut it may cover bytes written after the
+        # last sync, some of which never reached the disk (they read back as NULs). Such a
+        # hole must be judged by the scan, so an index that covers one is not used.
+        position = synced or 0
+        while position < end:
+            chunk = self._file.pread(min(1 << 20, end - position), position)
+            if not chunk or _NUL in chunk:
+                return False
+            position += len(chunk)
         if count == 0:
             return end == 0
         location = self._index.entry_location(count - 1)
         if location is None:
             return False
-        line = os.pread(self._rfd, location[1], location[0])
+        line = self._file.pread(location[1], location[0])
         return hashlib.sha256(line).hexdigest() == self._index.last_hash
 
     def _catch_up(self) -> int:
-        """Bring the index up to the journal's end; repair a torn tail if writing.
+        """Bring the index up to the journal's end; repair an unacknowledged tail if writing.
 
-        Returns the offset at which new records will be appended.
+        Returns the offset at which new records will be appended. What may be repaired is
+        decided by the journal and the synced mark alone, never by the index
+        (``docs/spec.md`` section 3.5, :meth:`_judge_tail`).
         """
-        size = data_end(self._rfd)
-        if not self._index_matches_journal(size):
+        # The mark before the size: a writer beside this reader only ever moves both forward.
+        synced = self._mark.read() if self._mark is not None else None
+        size = data_end(self._file)
+        if synced is not None and synced > size:
+            self._corrupt(
+                size,
+                f"the journal's data ends at byte {size}, before the {synced} bytes the store "
+                "recorded as synced: acknowledged records are missing",
+                synced,
+            )
+        if not self._index_matches_journal(size, synced):
             self._index.reset()
         start = self._index.journal_end
         checker = ChainChecker(self._index.entry_count, lookup=self._index.head)
@@ -260,39 +293,22 @@ class DirectoryStore:
         payloads: list[IndexedPayload] = []
         known: set[bytes] = set()
         end = start
-        bad: tuple[Record, str] | None = None
-        for item in scan_records(self._rfd, start, size):
-            if bad is not None:
-                # Only the very last record may be bad (a torn write); anything before it
-                # is corruption or tampering, and is reported, never repaired. A read-only
-                # handle indexes what precedes it and leaves the report to verification.
-                record, reason = bad
-                if self._read_only:
-                    self.damage = (record.offset, reason)
-                    bad = None
-                    break
-                raise JournalCorruptError(
-                    f"journal record at byte {record.offset} is damaged: {reason} "
-                    "(corruption or tampering; run `tracelock verify` for details)",
-                    details={"offset": record.offset, "reason": reason},
-                )
+        records = scan_records(self._file, start, size)
+        for item in records:
             if isinstance(item, tuple):
-                offset, fragment = item
-                self._handle_bad_tail(offset, fragment, "torn tail: last record has no newline")
+                self._judge_tail(item[0], "torn tail: last record has no newline", records, checker, known, synced, size)
                 break
-            if _NUL in item.data and size - item.offset <= _TORN_WINDOW:
-                # No record holds a NUL byte, but free space does: blocks of an interrupted
-                # write that never reached the disk read back as NULs. Every byte after
-                # such a hole was written after the last completed sync, so none of it was
-                # acknowledged. Further back than one write batch, it is damage.
-                tail = os.pread(self._rfd, size - item.offset, item.offset)
-                self._handle_bad_tail(item.offset, tail, "torn tail: an interrupted write left NUL bytes")
-                bad = None
+            # No record holds a NUL byte, but free space does: blocks of a write that never
+            # reached the disk read back as NULs.
+            if _NUL in item.data:
+                self._judge_tail(item.offset, "NUL bytes inside a record", records, checker, known, synced, size)
                 break
             problem = self._check_record(item, checker, known)
             if problem is not None:
-                bad = (item, problem)
-                continue
+                # A complete line without NUL bytes is exactly what was written to it: no
+                # crash leaves one that is wrong.
+                self._corrupt(item.offset, f"{problem}, in a complete record without NUL bytes", synced)
+                break
             end = item.end
             if item.kind == ENTRY:
                 entries.append((parse_entry(item.data), item.offset))
@@ -301,11 +317,107 @@ class DirectoryStore:
             if len(entries) + len(payloads) >= 50_000:
                 self._index.add(entries, payloads, journal_end=end)
                 entries, payloads = [], []
-        if bad is not None:
-            self._handle_bad_tail(bad[0].offset, bad[0].data + b"\n", bad[1])
         if entries or payloads or end != self._index.journal_end:
             self._index.add(entries, payloads, journal_end=end)
         return end
+
+    def _judge_tail(
+        self,
+        offset: int,
+        reason: str,
+        rest: Iterator[Record | tuple[int, bytes]],
+        checker: ChainChecker,
+        known: set[bytes],
+        synced: int | None,
+        size: int,
+    ) -> None:
+        """Decide about the first bad record (at ``offset``), one a crash can leave (the
+        last record without its newline, or a record with NUL bytes): cut it with
+        everything after it as an unfinished write, or report corruption.
+
+        It is an unfinished write only if both hold: it starts at or after the synced mark
+        (every byte before the mark was synced, and a crash never damages synced bytes),
+        and no record after it continues the chain (the record a crash interrupts is
+        followed only by records written with it, after the last sync, which cannot
+        continue the chain across the bytes it lost). Without a mark (a store written before
+        marks existed), no entry after it may even parse.
+        """
+        if synced is not None and offset < synced:
+            self._corrupt(
+                offset,
+                f"{reason}, before byte {synced}, which the store recorded as synced: "
+                "a crash cannot damage synced bytes",
+                synced,
+            )
+            return
+        follower = self._follower(rest, checker, known, strict=synced is not None)
+        if follower is not None:
+            self._corrupt(
+                offset,
+                f"{reason}, and the record at byte {follower} after it "
+                + ("continues the chain" if synced is not None else "is a valid entry (the store has no synced mark)"),
+                synced,
+            )
+            return
+        tail = self._file.pread(size - offset, offset)
+        self._handle_bad_tail(offset, tail, reason, synced)
+
+    def _follower(
+        self,
+        rest: Iterator[Record | tuple[int, bytes]],
+        checker: ChainChecker,
+        known: set[bytes],
+        *,
+        strict: bool,
+    ) -> int | None:
+        """The offset of the first entry in ``rest`` that continues the chain (``strict``)
+        or merely parses, or None."""
+        for item in rest:
+            if isinstance(item, tuple) or _NUL in item.data:
+                continue
+            if item.kind == ENTRY:
+                if not strict:
+                    try:
+                        parse_entry(item.data)
+                    except EntryFormatError:
+                        continue
+                    return item.offset
+                expected = checker.next_seq
+                if self._check_record(item, checker, known) is None:
+                    return item.offset
+                checker.next_seq = expected
+            else:
+                self._check_record(item, checker, known)  # learns the payloads it holds
+        return None
+
+    def _corrupt(self, offset: int, reason: str, synced: int | None) -> None:
+        """Report damage: a writer refuses to open; a reader notes it (once) and indexes
+        what precedes it, leaving the verdict to verification."""
+        if self._read_only:
+            if self.damage is None:
+                self.damage = (offset, reason)
+            return
+        raise JournalCorruptError(
+            f"journal record at byte {offset} is damaged: {reason} (corruption or tampering, "
+            "not a torn write: nothing was repaired; run `tracelock verify` for details)",
+            details={"offset": offset, "reason": reason, "synced": synced},
+        )
+
+    def _record_mark(self, end: int) -> SyncedMark:
+        """Make the journal durable up to ``end`` and record that in the mark (at open, so
+        that the mark is exact from the start; created if the store had none)."""
+        synced = self._mark.read() if self._mark is not None else None
+        if synced != end or self._mark is None:
+            self._file.fdatasync()  # what a killed writer left in the page cache, too
+            if self._mark is None:
+                write_durably(self._path / MARK_FILE, encode_mark(end))
+                self._mark = SyncedMark.open(self._files, self._path, write=True)
+                assert self._mark is not None
+            else:
+                self._mark.record(end)
+                self._mark.record(end)
+                self._mark.sync()
+        return self._mark
 
     def _check_record(self, record: Record, checker: ChainChecker, known: set[bytes]) -> str | None:
         if record.kind == ENTRY:
@@ -334,8 +446,8 @@ class DirectoryStore:
             return None
         return "unrecognized record"
 
-    def _handle_bad_tail(self, offset: int, data: bytes, reason: str) -> None:
-        if self._read_only or self._wfd is None:
+    def _handle_bad_tail(self, offset: int, data: bytes, reason: str, synced: int | None) -> None:
+        if self._read_only or not self._writable:
             # Only a writer repairs; a reader (verify, log, show) stops before the bad tail
             # and leaves its judgement to verification.
             self._tail_fragment = (offset, len(data))
@@ -344,16 +456,19 @@ class DirectoryStore:
         quarantine.mkdir(exist_ok=True)
         saved = quarantine / f"tail-{offset}-{len(data)}.bin"
         write_durably(saved, data)
-        assert self._wfd is not None
-        os.ftruncate(self._wfd, offset)
-        os.fsync(self._wfd)
+        self._file.truncate(offset)
+        self._file.fdatasync()
         self._repairs.append(
             Repair(
                 what=reason,
                 offset=offset,
                 length=len(data),
                 saved_to=str(saved),
-                details={"note": "never acknowledged: an acknowledged record is always complete"},
+                details={
+                    "synced_mark": synced,
+                    "note": "never acknowledged: damage only a crash leaves, past the synced "
+                    "mark, and no record after it continues the chain (docs/spec.md 3.5)",
+                },
             )
         )
 
@@ -372,7 +487,7 @@ class DirectoryStore:
         location = self._index.entry_location(start_seq) if start_seq else (0, 0)
         if location is None:
             return
-        for record in scan_records(self._rfd, location[0], self._index.journal_end):
+        for record in scan_records(self._file, location[0], self._index.journal_end):
             if isinstance(record, Record) and record.kind == ENTRY:
                 yield leaf_hash(record.data)
 
@@ -655,16 +770,14 @@ class DirectoryStore:
             if location is None:
                 raise PayloadMissingError(f"payload {digest} is not stored")
             offset, length = location
-            current = os.pread(self._rfd, length, offset)
+            current = self._file.pread(length, offset)
             if current[:1] == b"-":
                 return False
             blank = b"-" + current[1:66] + b" " * (length - 66)
-            fd = os.open(self._path / "journal.log", os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.pwrite(fd, blank, offset)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+            written = 0
+            while written < len(blank):
+                written += self._file.pwrite(blank[written:], offset + written)
+            self._file.fdatasync()
             return True
 
     # -- index maintenance ---------------------------------------------------------------
@@ -782,7 +895,7 @@ class DirectoryStore:
         return self._read_entry(*location)
 
     def _read_entry(self, offset: int, length: int) -> Entry:
-        line = os.pread(self._rfd, length, offset)
+        line = self._file.pread(length, offset)
         try:
             return parse_entry(line)
         except EntryFormatError as exc:
@@ -794,7 +907,7 @@ class DirectoryStore:
         """Every record of the journal file from ``start_offset`` to the end of the file,
         damaged ones included (verification reads the file, not the index)."""
         self._prepare_read()
-        return scan_records(self._rfd, start_offset, None)
+        return scan_records(self._file, start_offset, None)
 
     def iter_entries(self, start_seq: int = 0) -> Iterator[Entry]:
         self._prepare_read()
@@ -807,7 +920,7 @@ class DirectoryStore:
             start = location[0]
         with self._index_lock:
             end = self._index.journal_end
-        for record in scan_records(self._rfd, start, end):
+        for record in scan_records(self._file, start, end):
             if isinstance(record, Record) and record.kind == ENTRY:
                 yield self._read_line(record)
 
@@ -826,7 +939,7 @@ class DirectoryStore:
             location = self._payload_location(bytes.fromhex(digest))
         if location is None:
             return "missing"
-        head = os.pread(self._rfd, 1, location[0])
+        head = self._file.pread(1, location[0])
         return "redacted" if head == b"-" else "present"
 
     def payload_state_before(self, digest: str, before: int) -> str:
@@ -836,7 +949,7 @@ class DirectoryStore:
             location = self._index.payload_location(bytes.fromhex(digest))
         if location is None or location[0] >= before:
             return "missing"
-        record = os.pread(self._rfd, location[1], location[0])
+        record = self._file.pread(location[1], location[0])
         if record[:1] == b"-" and record[1:65] == digest.encode():
             return "redacted"
         if record[:1] == b"=" and hashlib.sha256(record[66:]).hexdigest() == digest:
@@ -851,7 +964,7 @@ class DirectoryStore:
             raise PayloadMissingError(
                 f"payload {digest} is not in the store", details={"payload": digest}
             )
-        record = os.pread(self._rfd, location[1], location[0])
+        record = self._file.pread(location[1], location[0])
         if record[:1] == b"-":
             raise PayloadRedactedError(
                 f"payload {digest} was redacted", details={"payload": digest}
@@ -889,10 +1002,10 @@ class DirectoryStore:
         tree = getattr(self, "_tree", None)
         if tree is not None:
             tree.close()
-        for name in ("_wfd", "_rfd"):
-            fd = getattr(self, name, None)
-            if fd is not None:
-                os.close(fd)
+        for name in ("_file", "_mark"):
+            handle = getattr(self, name, None)
+            if handle is not None:
+                handle.close()
                 setattr(self, name, None)
         if self._lock_fd is not None:
             os.close(self._lock_fd)

@@ -65,8 +65,8 @@ class StoreFullError(DurabilityError):
 
 
 class JournalCorruptError(StoreError):
-    """A journal record other than the last one is damaged: corruption or tampering.
-    It is reported, never repaired."""
+    """A journal record is damaged in a way no crash leaves (``docs/spec.md`` 3.5), or the
+    journal ends before its synced mark: corruption or tampering. Reported, never repaired."""
 
     code = "JOURNAL_CORRUPT"
 

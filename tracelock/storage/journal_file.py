@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreFullError
+from tracelock.storage.fileio import JournalFile, OSFile
+from tracelock.storage.synced_mark import SyncedMark
 
 __all__ = ["ENTRY", "PAYLOAD", "REDACTED", "GroupCommitLog", "Record", "data_end", "scan_records"]
 
@@ -43,11 +44,17 @@ _MAX_GROWTH = 16 << 20
 _T = TypeVar("_T")
 
 
-def data_end(fd: int, size: int | None = None) -> int:
-    """Where the journal's data ends: the file's size less its all-NUL suffix (free space)."""
-    end = os.fstat(fd).st_size if size is None else size
+def _as_file(source: int | JournalFile) -> JournalFile:
+    return OSFile(source) if isinstance(source, int) else source
+
+
+def data_end(source: int | JournalFile, size: int | None = None) -> int:
+    """Where the journal's data ends: the file's size less its all-NUL suffix (free space).
+    ``source`` is a file descriptor or an open :class:`JournalFile`."""
+    file = _as_file(source)
+    end = file.size() if size is None else size
     while end > 0:
-        chunk = os.pread(fd, min(_READ_CHUNK, end), end - min(_READ_CHUNK, end))
+        chunk = file.pread(min(_READ_CHUNK, end), end - min(_READ_CHUNK, end))
         if not chunk:
             break
         kept = len(chunk.rstrip(_NUL))
@@ -82,18 +89,21 @@ def classify(line: bytes) -> str | None:
     return None
 
 
-def scan_records(fd: int, start: int, end: int | None = None) -> Iterator[Record | tuple[int, bytes]]:
+def scan_records(
+    source: int | JournalFile, start: int, end: int | None = None
+) -> Iterator[Record | tuple[int, bytes]]:
     """Yield the records between byte offsets ``start`` and ``end`` (default: :func:`data_end`).
 
     A trailing fragment with no newline is yielded last as ``(offset, bytes)``: it is not a
     record (a torn write, or an append in progress by another process).
     """
+    file = _as_file(source)
     offset = start
     pending = b""
-    limit = end if end is not None else data_end(fd)
+    limit = end if end is not None else data_end(file)
     position = start
     while position < limit:
-        chunk = os.pread(fd, min(_READ_CHUNK, limit - position), position)
+        chunk = file.pread(min(_READ_CHUNK, limit - position), position)
         if not chunk:
             break
         position += len(chunk)
@@ -151,17 +161,29 @@ class GroupCommitLog:
     already has and need not commit a new file size through the file-system journal: that
     roughly halves its cost. :meth:`close` cuts the free space off again. Readers find the
     end of the data with :func:`data_end`.
+
+    After every completed sync the leader records the durable length in the store's synced
+    mark (``mark``, one unsynced 16-byte write), before the callers it covered are woken:
+    opening a store after a crash tells an unfinished write from damage by it.
     """
 
-    def __init__(self, fd: int, end: int, *, max_buffer: int = 4 << 20) -> None:
-        self._fd = fd
+    def __init__(
+        self,
+        file: JournalFile,
+        end: int,
+        *,
+        max_buffer: int = 4 << 20,
+        mark: SyncedMark | None = None,
+    ) -> None:
+        self._file = file
+        self._mark = mark
         self._mutex = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._queued_end = end
         self._written_end = end
         self._durable_end = end
-        self._allocated = os.fstat(fd).st_size
+        self._allocated = file.size()
         self._leading = False
         self._waiters: list[_Waiter] = []
         self._loop_waiters: dict[asyncio.AbstractEventLoop, list[tuple[int, asyncio.Future[Any], Any]]] = {}
@@ -309,7 +331,7 @@ class GroupCommitLog:
                         # Everything before is durable already: one write that returns once
                         # durable (RWF_DSYNC) does the work of a write and an fdatasync in one
                         # system call. It syncs only its own range, hence the condition.
-                        self._unlocked("write", self._write_at, batch, self._written_end, os.RWF_DSYNC)
+                        self._unlocked("write", self._write_durably, batch, self._written_end, end)
                         self._written_end = self._durable_end = end
                         self.syncs += 1
                     else:
@@ -317,7 +339,7 @@ class GroupCommitLog:
                         self._written_end = end
                 if needed and self._durable_end < self._written_end:
                     covered = self._written_end
-                    self._unlocked("fdatasync", os.fdatasync, self._fd)
+                    self._unlocked("fdatasync", self._sync, covered)
                     self._durable_end = covered
                     self.syncs += 1
                 self._wake_covered()
@@ -353,16 +375,26 @@ class GroupCommitLog:
                 remaining.append(waiter)
         self._waiters = remaining
 
-    def _write_at(self, data: bytes, offset: int, flags: int = 0) -> None:
+    def _write_durably(self, data: bytes, offset: int, end: int) -> None:
+        self._write_at(data, offset, dsync=True)
+        if self._mark is not None:
+            self._mark.record(end)
+
+    def _sync(self, covered: int) -> None:
+        self._file.fdatasync()
+        # Recorded only once the sync returned, so the mark never claims unsynced bytes;
+        # it is not synced itself (that would double the cost of a durable append).
+        if self._mark is not None:
+            self._mark.record(covered)
+
+    def _write_at(self, data: bytes, offset: int, *, dsync: bool = False) -> None:
         """Write ``data`` at ``offset`` (only the leader, or ``flush`` under the mutex)."""
         if offset + len(data) > self._allocated:
             self._grow(offset + len(data))
         view = memoryview(data)
+        pwrite = self._file.pwrite
         while view:
-            if flags:
-                written = os.pwritev(self._fd, [view], offset, flags)
-            else:
-                written = os.pwrite(self._fd, view, offset)
+            written = pwrite(view, offset, dsync=dsync)
             view = view[written:]
             offset += written
 
@@ -374,7 +406,7 @@ class GroupCommitLog:
         target = -(-max(needed, size + step) // _BLOCK) * _BLOCK
         zeros = bytes(min(target - size, _READ_CHUNK))
         while size < target:
-            size += os.pwrite(self._fd, zeros[: target - size], size)
+            size += self._file.pwrite(zeros[: target - size], size)
         self._allocated = size
 
     def close(self) -> None:
@@ -385,7 +417,7 @@ class GroupCommitLog:
                 if self._allocated > self._written_end:
                     # Not synced: if this is lost in a crash, the journal merely keeps
                     # its free space, which readers skip.
-                    os.ftruncate(self._fd, self._written_end)
+                    self._file.truncate(self._written_end)
         finally:
             with self._mutex:
                 self._closed = True

@@ -62,6 +62,7 @@ __all__ = [
     "MerkleTreeError",
     "MerkleTreeFile",
     "MerkleTreeStaleError",
+    "MerkleTreeTamperedError",
 ]
 
 #: Lowest level whose nodes are stored: subtrees of ``2**CHUNK_LEVEL`` leaves.
@@ -96,6 +97,14 @@ class MerkleTreeStaleError(MerkleTreeError):
     """The Merkle node files describe a tree of another size than the journal's."""
 
     code: ClassVar[str] = "STORE_MERKLE_STALE"
+
+
+class MerkleTreeTamperedError(MerkleTreeError):
+    """The Merkle node files are well formed but hold a node that differs from the one the
+    journal gives: they were altered. Reported, never rebuilt silently (delete the
+    ``merkle`` directory to have it rebuilt from the journal)."""
+
+    code: ClassVar[str] = "STORE_MERKLE_TAMPERED"
 
 
 class MerkleLeafError(MerkleTreeError, ValueError):
@@ -253,6 +262,35 @@ class MerkleTreeFile:
     def _ensure_usable(self) -> None:
         if self._problem is not None:
             raise MerkleTreeCorruptError(self._problem.message, details=self._problem.details)
+
+    def stored_levels(self) -> list[int]:
+        """The levels with nodes in their level file (flushed), ascending."""
+        self._ensure_usable()
+        return sorted(level for level, count in self._disk.items() if count)
+
+    def stored_count(self, level: int) -> int:
+        """How many nodes of ``level`` are in its level file (flushed)."""
+        self._ensure_usable()
+        return self._disk.get(level, 0)
+
+    def stored_nodes(self, level: int, start: int, end: int) -> bytes:
+        """The stored nodes ``[start, end)`` of ``level``, concatenated, read from its file."""
+        self._ensure_usable()
+        if not 0 <= start <= end <= self._disk.get(level, 0):
+            raise ProofRequestError(
+                f"nodes [{start}, {end}) are not stored at level {level}",
+                details={"level": level, "start": start, "end": end},
+            )
+        if start == end:
+            return b""
+        data = os.pread(self._read_fd(level), (end - start) * HASH_SIZE, start * HASH_SIZE)
+        if len(data) != (end - start) * HASH_SIZE:
+            self._problem = MerkleTreeCorruptError(
+                f"Merkle level file {self._dir / _level_name(level)} was cut short while open",
+                details={"level": level, "index": start},
+            )
+            raise self._problem
+        return data
 
     # -- reading -------------------------------------------------------------------------
 

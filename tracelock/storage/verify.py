@@ -41,12 +41,13 @@ from tracelock.storage.journal_file import (
     classify,
     data_end,
 )
+from tracelock.storage.merkle_stream import MerkleStream
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
 (TERMINAL_KIND_BYTES,) = (kind.encode() for kind in TERMINAL_KINDS)
 
-__all__ = ["VerifyReport", "verify_run", "verify_store"]
+__all__ = ["VerifyReport", "claimed_position", "verify_run", "verify_store"]
 
 _SEEN_CACHE = 1 << 16
 # The scan's payload cache is two generations of dicts (see ``_StoreScan``), each at most
@@ -112,6 +113,7 @@ _RECORD_LINE = re.compile(
 )
 _HEX64 = re.compile(rb"[0-9a-f]{64}")
 _PAYLOAD_MARK = ord("=")
+_LEAF_PREFIX = b"\x00"  # RFC 9162 leaf hash: SHA-256(0x00 || entry line)
 
 
 @dataclass
@@ -173,7 +175,10 @@ class _PayloadTracker:
 
 
 def verify_store(
-    store: DirectoryStore, *, progress: Callable[[int], None] | None = None
+    store: DirectoryStore,
+    *,
+    progress: Callable[[int], None] | None = None,
+    merkle: MerkleStream | None = None,
 ) -> VerifyReport:
     """Verify the whole journal: record shapes, canonical form, seq numbering, every run's
     chain, every payload against its hash, every reference to a payload, and that every
@@ -183,9 +188,12 @@ def verify_store(
     file, all NUL bytes, is not data) in blocks of whole lines, each checked by the fast path
     (``_StoreScan``). The first record it cannot accept is handed to the detailed checker
     (``_check_record``), which states exactly what is wrong.
+
+    ``merkle``, when given, receives the leaf hash of every entry that passed, in ``seq``
+    order: after a pass with no issue it holds the journal's Merkle root (section 6).
     """
     store.flush()  # what this handle appended is in the file before it is read
-    scan = _StoreScan(store, progress)
+    scan = _StoreScan(store, progress, merkle)
     carried: list[bytes] = []  # the start of a line that continues in the next chunk
     offset = 0  # where the next block starts in the file
     fd = os.open(store.journal_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -231,9 +239,15 @@ class _StoreScan:
     looked up through the index and its record re-hashed from the file.
     """
 
-    def __init__(self, store: DirectoryStore, progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        store: DirectoryStore,
+        progress: Callable[[int], None] | None,
+        merkle: MerkleStream | None = None,
+    ) -> None:
         self.store = store
         self.progress = progress
+        self.merkle = merkle
         self.report = VerifyReport(scope="store")
         self.heads: dict[bytes, tuple[int, bytes]] = {}  # open run -> (last i, last hash)
         self.recent: dict[bytes, bool] = {}
@@ -264,6 +278,7 @@ class _StoreScan:
         first_seq = next_seq = self.next_seq
         payloads = redacted = runs = 0
         starts: list[int] | None = None  # line offsets, computed only if a lookup needs them
+        leaves: list[bytes] | None = None if self.merkle is None else []
         # The final line feed is left out so that no empty line follows the last one.
         for line, i_text, kind, meta, payload, prev, run, seq_text in _RECORD_LINE.findall(
             data, 0, end - 1
@@ -315,6 +330,8 @@ class _StoreScan:
                     heads.pop(run, None)
                 else:
                     heads[run] = (i, sha256(line).hexdigest().encode())
+                if leaves is not None:
+                    leaves.append(sha256(_LEAF_PREFIX + line).digest())
                 next_seq += 1
                 if head is None:
                     runs += 1
@@ -340,9 +357,9 @@ class _StoreScan:
             else:
                 break  # no record
         else:
-            self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs)
+            self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs, leaves)
             return True
-        self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs)
+        self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs, leaves)
         if starts is None:
             starts = _line_starts(data, end, base)
         number = next_seq - first_seq + payloads + redacted  # the line that failed
@@ -359,8 +376,11 @@ class _StoreScan:
         payloads: int,
         redacted: int,
         runs: int,
+        leaves: list[bytes] | None,
     ) -> None:
         """Keep what ``block`` counted and cached; report progress."""
+        if leaves and self.merkle is not None:
+            self.merkle.add(leaves)
         self.recent, self.older = recent, older
         self.next_seq = next_seq
         report = self.report
@@ -399,6 +419,23 @@ class _StoreScan:
                 "redaction entry records it",
             )
         return report
+
+
+def claimed_position(line: bytes) -> tuple[str | None, int | None]:
+    """The ``run`` and ``seq`` a malformed entry line claims, when it says (to name it in a
+    report; nothing is decided on them)."""
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    run = doc.get("run")
+    seq = doc.get("seq")
+    return (
+        run if isinstance(run, str) else None,
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+    )
 
 
 def _canonical_meta(text: bytes) -> bool:
@@ -472,8 +509,18 @@ def _check_record(
     try:
         entry = parse_entry(record.data)
     except EntryFormatError as exc:
+        run, claimed = claimed_position(record.data)
+        where = "".join(
+            (
+                f" of run {run}" if run is not None else "",
+                f" (seq {claimed})" if claimed is not None and claimed != seq else "",
+            )
+        )
         return _issue(
-            "JOURNAL_MALFORMED_ENTRY", seq, None, f"entry at byte {record.offset}: {exc.message}"
+            "JOURNAL_MALFORMED_ENTRY",
+            seq,
+            run,
+            f"entry {seq}{where} at byte {record.offset}: {exc.message}",
         )
     issue = checker.check(entry)
     if issue is not None:

@@ -25,3 +25,16 @@ rt = Runtime()
 
 def agent(fn: Callable[..., Any]) -> Callable[..., Any]:
     return rt.agent(fn)
+
+
+class Toolkit:
+    """Registration by name: ``kit.agent("name")(handler)`` without decorator syntax."""
+
+    def agent(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            return fn
+
+        return register
+
+
+kit = Toolkit()

@@ -1,0 +1,278 @@
+"""Verification of a whole store against its own signed checkpoints (``verify --store``).
+
+One pass over the journal (``tracelock.storage.verify.verify_store``) checks every hash and
+chain rule and, on the way, computes the Merkle root at the size of every checkpoint of the
+history and at the journal's full size, in O(log n) memory. Then:
+
+* **integrity**: each checkpoint's size is at most the journal's entry count, and its root is
+  the root of the journal's first ``size`` entries (a journal that grew since is fine; one
+  that is shorter was truncated, one with another root was rewritten);
+* **trust** (only with pinned keys): the newest checkpoint's note carries a valid signature by
+  a pinned key; an older checkpoint signed by a pinned key must verify too;
+* **the Merkle node files** (a cache of the tree): every stored node must be the node the
+  journal gives. One that differs is reported as tampering of that cache
+  (``STORE_MERKLE_TAMPERED``), never rebuilt silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracelock.core.entry import ChainIssue
+from tracelock.errors import EvidenceError
+from tracelock.evidence.checkpoint import Checkpoint
+from tracelock.evidence.history import CheckpointHistory, StoredCheckpoint
+from tracelock.evidence.note import (
+    NoteSignatureInvalidError,
+    NoteUntrustedError,
+    NoteVerifier,
+    open_note,
+)
+from tracelock.evidence.verify import PinnedKey
+from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.merkle_stream import MerkleStream, open_node_files
+from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.verify import VerifyReport, verify_store
+
+__all__ = [
+    "CHECKPOINT_INCONSISTENT",
+    "CHECKPOINT_TRUNCATED",
+    "MERKLE_TAMPERED",
+    "CheckpointVerdict",
+    "verify_store_checkpoints",
+]
+
+#: Issue codes of a store verification that reads the checkpoint history.
+CHECKPOINT_INCONSISTENT = "EVIDENCE_CHECKPOINT_INCONSISTENT"
+CHECKPOINT_TRUNCATED = "EVIDENCE_CHECKPOINT_TRUNCATED"
+CHECKPOINT_HISTORY = "EVIDENCE_CHECKPOINT_HISTORY"
+MERKLE_TAMPERED = "STORE_MERKLE_TAMPERED"
+
+#: ``trust`` values: signed by a pinned key; roots checked without a pinned key; nothing to check.
+PINNED = "pinned_key"
+INTEGRITY_ONLY = "integrity_only"
+NO_CHECKPOINT = "no_checkpoint"
+
+
+@dataclass
+class CheckpointVerdict:
+    """What a store verification did with the checkpoint history, and what it found."""
+
+    trust: str = NO_CHECKPOINT
+    checked: list[int] = field(default_factory=list)
+    newest: StoredCheckpoint | None = None
+    signed_by: list[dict[str, Any]] = field(default_factory=list)
+    merkle_cache: str = "absent"
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trust": self.trust,
+            "checked": list(self.checked),
+            "newest": None if self.newest is None else self.newest.to_dict(),
+            "signed_by": list(self.signed_by),
+            "merkle_cache": self.merkle_cache,
+            "notes": list(self.notes),
+        }
+
+    def describe(self) -> str:
+        """One line for people: which checkpoint was checked, and with which key."""
+        if self.newest is None:
+            return "checkpoint: none present (only the hash chains were checked)"
+        cp = self.newest
+        head = (
+            f"checkpoint {cp.number} ({cp.origin}, size {cp.size})"
+            + (f" and {len(self.checked) - 1} older" if len(self.checked) > 1 else "")
+        )
+        if self.trust == PINNED:
+            keys = ", ".join(f"{s['name']} {s['fingerprint']}" for s in self.signed_by)
+            return f"{head}: roots match the journal; signed by pinned key {keys}"
+        if self.trust == INTEGRITY_ONLY:
+            return (
+                f"{head}: roots match the journal (integrity only: no key pinned, the "
+                "signature was not checked; pass --key to check it)"
+            )
+        return f"{head}: not checked"
+
+
+def _fail(report: VerifyReport, code: str, seq: int, message: str) -> None:
+    report.issue = ChainIssue(code, seq, None, message)
+
+
+def _open_cache(store: DirectoryStore, verdict: CheckpointVerdict) -> MerkleTreeFile | None:
+    tree, problem = open_node_files(store.path / "merkle")
+    if problem is not None:
+        verdict.merkle_cache = "unusable"
+        verdict.notes.append(f"Merkle node files unusable, to be rebuilt: {problem}")
+    elif tree is not None:
+        verdict.merkle_cache = "checked"
+    return tree
+
+
+def verify_store_checkpoints(
+    store: DirectoryStore,
+    pins: Sequence[PinnedKey] = (),
+    *,
+    origin: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[VerifyReport, CheckpointVerdict]:
+    """Verify the journal, then the checkpoint history and the Merkle node files against
+    it. The report's ``issue`` is the first failure: the journal's own, else a checkpoint's
+    (integrity, then trust), else the node files'."""
+    verdict = CheckpointVerdict()
+    history = CheckpointHistory(store.path)
+    checkpoints: list[StoredCheckpoint] = []
+    history_problem: EvidenceError | None = None
+    try:
+        checkpoints = [history.load(number) for number in history.numbers()]
+    except EvidenceError as exc:
+        history_problem = exc
+    cache = _open_cache(store, verdict)
+    try:
+        stream = MerkleStream([cp.size for cp in checkpoints], cache)
+        report = verify_store(store, progress=progress, merkle=stream)
+    finally:
+        if cache is not None:
+            cache.close()
+    if history_problem is not None:
+        verdict.trust = INTEGRITY_ONLY if not pins else PINNED
+        if report.ok:
+            _fail(report, CHECKPOINT_HISTORY, report.entries, history_problem.message)
+        return report, verdict
+    if checkpoints:
+        verdict.newest = checkpoints[-1]
+        verdict.trust = PINNED if pins else INTEGRITY_ONLY
+    if not report.ok:
+        if checkpoints:
+            verdict.notes.append("the checkpoints were not compared: the journal itself failed")
+        return report, verdict
+    if _check_roots(report, verdict, checkpoints, stream) and pins:
+        _check_trust(report, verdict, checkpoints, pins, origin)
+    if report.ok and stream.mismatch is not None:
+        bad = stream.mismatch
+        verdict.merkle_cache = "tampered"
+        signed = checkpoints[-1].size if checkpoints else 0
+        why = (
+            "the journal matches the signed checkpoints there, so the node files were altered"
+            if bad.last_leaf < signed
+            else "no signed checkpoint covers these entries, so either the node files were "
+            "altered or the journal was rewritten after they were built"
+        )
+        _fail(
+            report,
+            MERKLE_TAMPERED,
+            bad.first_leaf,
+            f"the Merkle node files (a cache) disagree with the journal: stored node "
+            f"{bad.index} of level {bad.level} (entries {bad.first_leaf}-{bad.last_leaf}) is "
+            f"not the one the journal gives; {why}. They are not rebuilt silently: delete the "
+            "store's merkle/ directory to have them rebuilt from the journal",
+        )
+    return report, verdict
+
+
+def _check_roots(
+    report: VerifyReport,
+    verdict: CheckpointVerdict,
+    checkpoints: list[StoredCheckpoint],
+    stream: MerkleStream,
+) -> bool:
+    """Integrity: every checkpoint against the journal, newest first (the newest covers the
+    most: a truncation shows there first)."""
+    for cp in reversed(checkpoints):
+        if cp.size > report.entries:
+            _fail(
+                report,
+                CHECKPOINT_TRUNCATED,
+                report.entries,
+                f"the journal has {report.entries} entries but checkpoint {cp.number} "
+                f"({cp.origin}) covers {cp.size}: entries {report.entries}-{cp.size - 1} were "
+                "deleted or the journal truncated since it was signed",
+            )
+            return False
+        actual = stream.roots[cp.size]
+        if actual != cp.root:
+            _fail(
+                report,
+                CHECKPOINT_INCONSISTENT,
+                max(cp.size - 1, 0),
+                f"the journal does not match checkpoint {cp.number} ({cp.origin}, size "
+                f"{cp.size}): its first {cp.size} entries have root "
+                f"{Checkpoint(cp.origin, cp.size, actual).root_base64}, the checkpoint signed "
+                f"{cp.checkpoint.root_base64} (entries were changed, or the chain rewritten, "
+                "since it was signed)",
+            )
+            return False
+        verdict.checked.append(cp.number)
+    verdict.checked.sort()
+    return True
+
+
+def _check_trust(
+    report: VerifyReport,
+    verdict: CheckpointVerdict,
+    checkpoints: list[StoredCheckpoint],
+    pins: Sequence[PinnedKey],
+    origin: str | None,
+) -> None:
+    """Trust: the newest checkpoint is signed by a pinned key (and names ``origin``); a
+    pinned key's signature on any checkpoint verifies."""
+    newest = checkpoints[-1]
+    if origin is not None and newest.origin != origin:
+        _fail(
+            report,
+            "EVIDENCE_CHECKPOINT_ORIGIN_MISMATCH",
+            newest.size,
+            f"checkpoint {newest.number} is for the log {newest.origin!r}, expected {origin!r}",
+        )
+        return
+    for cp in reversed(checkpoints):
+        verifiers: list[NoteVerifier] = []
+        for pin in pins:
+            try:
+                verifiers.append(pin.verifier(cp.origin))
+            except EvidenceError:
+                continue  # an origin that is not a valid key name matches no pin
+        try:
+            note = open_note(cp.note, verifiers)
+        except NoteSignatureInvalidError as exc:
+            _fail(
+                report,
+                exc.code,
+                cp.size,
+                f"checkpoint {cp.number}: {exc.message}: the checkpoint file was altered after "
+                "it was signed",
+            )
+            return
+        except NoteUntrustedError as exc:
+            if cp is newest:
+                pinned = ", ".join(
+                    f"{pin.name or '*'} {pin.public_key.fingerprint()[:16]}" for pin in pins
+                )
+                _fail(
+                    report,
+                    exc.code,
+                    cp.size,
+                    f"checkpoint {cp.number} is not signed by a pinned key ({exc.message}; "
+                    f"pinned: {pinned})",
+                )
+                return
+            verdict.notes.append(f"checkpoint {cp.number} is not signed by a pinned key")
+            continue
+        if cp is newest:
+            for signature in note.signatures:
+                match = next(
+                    p
+                    for p in pins
+                    if (p.name or cp.origin) == signature.name
+                    and p.public_key.key_id(signature.name) == signature.key_id
+                )
+                verdict.signed_by.append(
+                    {
+                        "name": signature.name,
+                        "key_id": f"{signature.key_id:08x}",
+                        "fingerprint": match.public_key.fingerprint(),
+                        "source": match.source,
+                    }
+                )
