@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck scan bench lock clean
+.PHONY: demo test lint typecheck scan bench lock clean postgres-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,15 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/tracelock demo
 
-test: $(STAMP)
+# The storage tests start throwaway PostgreSQL clusters: Debian's server package is installed
+# when initdb is found neither by `pg_config --bindir` nor under /usr/lib/postgresql.
+postgres-server:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ]; then :; else \
+	  echo "test: installing PostgreSQL (Debian's postgresql package)"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql || exit 1; \
+	fi
+
+test: $(STAMP) postgres-server
 	$(BIN)/python -m pytest -n 2 -q
 	$(BIN)/mypy
 	$(BIN)/ruff check tracelock tests bench

@@ -11,7 +11,7 @@ from typing import Any
 
 from bench import workload
 from bench.stats import summary_us
-from tracelock.runtime.gate import replay_all
+from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 PLAN = {"content": "search for the order, then look up the customer", "usage": {"input_tokens": 12, "output_tokens": 9}}
 POLICY = {

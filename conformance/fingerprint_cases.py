@@ -13,7 +13,7 @@ from typing import Any
 
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.directory import DirectoryStore
 
 POLICY = {

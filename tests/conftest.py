@@ -32,6 +32,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _strict_mode_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """Strict mode is on in tests: agent code that reaches for nondeterminism fails loudly.
     Tests about nondeterminism itself pass ``strict=False`` explicitly."""
-    from tracelock.runtime import runtime
+    from tracelock.runtime.runs import engine as runtime
 
     monkeypatch.setattr(runtime, "STRICT_BY_DEFAULT", True)

@@ -6,14 +6,14 @@ modules too.
 """
 
 from tracelock.errors import TracelockError
-from tracelock.runtime.context import RunContext, Task
+from tracelock.runtime.doors.context import RunContext, Task
+from tracelock.runtime.doors.workflow import Workflow, WorkflowStep
 from tracelock.runtime.errors import DivergenceError, StepError
 from tracelock.runtime.outcomes import Outcome, Phase
-from tracelock.runtime.policy import Policy
+from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.runtime import AsyncRunContext, RunResult, Runtime
-from tracelock.runtime.toolkit import Intent, Toolkit
-from tracelock.runtime.tools import RetryPolicy
-from tracelock.runtime.workflow import Workflow, WorkflowStep
+from tracelock.runtime.tools.toolkit import Intent, Toolkit
+from tracelock.runtime.tools.tools import RetryPolicy
 from tracelock.storage.open import open_store
 
 __all__ = [

@@ -17,7 +17,7 @@ from tracelock.cli.main import cli
 MODULE = '''
 import random
 
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
 CRASH = {"pay": False}
@@ -114,7 +114,7 @@ def test_fork_and_diff(workdir: dict[str, Any]) -> None:
 
 
 def test_drift(workdir: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from tracelock.runtime import runtime as runtime_module
+    from tracelock.runtime.runs import engine as runtime_module
 
     steady = invoke("drift", f"{workdir['module']}:agent", "--input", workdir["task"], "--policy", workdir["policy"], "--n", "3", "--json")
     assert steady.exit_code == 0 and json.loads(steady.stdout)["drifted"] is False
@@ -164,7 +164,7 @@ def test_log_show_verify(workdir: dict[str, Any]) -> None:
 FORK_MODULE = '''
 from pathlib import Path
 
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
 LOG = Path(__file__).with_name("executed.log")
@@ -252,7 +252,7 @@ def test_diff_is_a_check_exit_1_when_the_runs_differ(workdir: dict[str, Any]) ->
 PAYING = '''
 from pathlib import Path
 
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
 

@@ -18,7 +18,7 @@ from tracelock.examples import support
 TICKET = {"id": "T-7", "text": "My keyboard from order A-1001 arrived broken."}
 
 AGENT_MODULE = '''
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner, Result
 
 from tracelock.cli.drift_processes import DriftAttemptError, process_attempt
 from tracelock.cli.main import cli
-from tracelock.runtime.drift import compare_attempts, hash_seed
+from tracelock.runtime.replay.drift import compare_attempts, hash_seed
 
 MODULE = '''
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
 

@@ -119,6 +119,7 @@ def test_each_tamper_alone_still_passes_the_chain_rules(store: Path, tmp_path: P
         tamper(copy)
         shutil.rmtree(copy / "checkpoints")
         shutil.rmtree(copy / "merkle")  # built from the journal before the tamper
+        (copy / "index.sqlite").unlink()  # so was this cache, which would contradict it
         exit_code, doc = _verify(copy, as_json=True)
         assert exit_code == 0, (label, doc)
         assert doc["checkpoint"]["trust"] == "no_checkpoint"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 POLICY = {"version": 1, "tools": [{"name": "fetch"}, {"name": "reserve"}, {"name": "charge"}]}
 

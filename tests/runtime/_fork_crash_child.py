@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tracelock.runtime.fork import fork_run
+from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 POLICY = {"version": 1, "tools": [{"name": "fetch"}, {"name": "charge"}, {"name": "notify"}]}
 FORK_AT = 3

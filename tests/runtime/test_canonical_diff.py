@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from tracelock import Runtime, Toolkit
 from tracelock.core.canonical import MAX_SAFE_INTEGER, dumps
 from tracelock.core.jsondiff import diff, same_value
-from tracelock.runtime.compare import first_difference, run_difference
-from tracelock.runtime.drift import detect_drift
 from tracelock.runtime.records import load_run
+from tracelock.runtime.replay.compare import first_difference, run_difference
+from tracelock.runtime.replay.drift import detect_drift
 
 POLICY = {"version": 1, "tools": [{"name": "search"}]}
 kit = Toolkit()

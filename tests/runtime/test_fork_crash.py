@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.runtime import _fork_crash_child as child
-from tracelock.runtime.fork import fork_run
 from tracelock.runtime.records import RunJournal, load_run
+from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.runtime import Runtime
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.verify import verify_store

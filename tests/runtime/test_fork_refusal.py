@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tracelock import DivergenceError, Runtime, Toolkit
-from tracelock.runtime.fork import ForkRefusedError, fork_run
-from tracelock.runtime.lifecycle import TERMINAL_STATES
 from tracelock.runtime.records import load_run
+from tracelock.runtime.replay.fork import ForkRefusedError, fork_run
+from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
 
 POLICY = {"version": 1, "tools": [{"name": "reserve"}, {"name": "charge"}, {"name": "notify"}]}
 EXECUTED: list[str] = []

@@ -15,7 +15,7 @@ from tracelock.core.canonical import dumps
 from tracelock.core.hashing import canonical_hash, is_hex_digest
 from tracelock.errors import PolicyError
 from tracelock.runtime.outcomes import Outcome, StepFailure, all_codes, lookup_code
-from tracelock.runtime.policy import (
+from tracelock.runtime.policy.policy import (
     BUDGETS,
     AuthorizationRequest,
     Decision,
@@ -31,7 +31,7 @@ from tracelock.runtime.policy import (
     PolicyVersionError,
     Usage,
 )
-from tracelock.runtime.sandbox import SandboxLimits
+from tracelock.runtime.policy.sandbox import SandboxLimits
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "policies"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tracelock.core.canonical import dumps
 from tracelock.errors import CanonicalError, PolicyError
 from tracelock.runtime.outcomes import Outcome, lookup_code
-from tracelock.runtime.policy import (
+from tracelock.runtime.policy.policy import (
     BUDGETS,
     CONSTRAINT_KEYS,
     AuthorizationRequest,
@@ -23,7 +23,7 @@ from tracelock.runtime.policy import (
     Policy,
     Usage,
 )
-from tracelock.runtime.sandbox import FS_OPERATIONS
+from tracelock.runtime.policy.sandbox import FS_OPERATIONS
 
 KNOWN_KEYS = sorted(
     {

@@ -10,8 +10,8 @@ import pytest
 
 from tracelock import Runtime, Toolkit
 from tracelock.runtime.errors import LifecycleError, RunStateError
-from tracelock.runtime.lifecycle import check_transition
 from tracelock.runtime.records import load_run
+from tracelock.runtime.runs.lifecycle import check_transition
 from tracelock.storage.verify import verify_store
 
 POLICY = {"version": 1, "tools": [{"name": "read"}, {"name": "reserve"}, {"name": "pay"}]}

@@ -13,10 +13,10 @@ import pytest
 from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
 from tracelock import DivergenceError
-from tracelock.runtime.fork import fork_run
-from tracelock.runtime.gate import replay_all
+from tracelock.runtime.replay.fork import fork_run
+from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.tools import RetryPolicy
+from tracelock.runtime.tools.tools import RetryPolicy
 
 POLICY = allow("search", "summarize", "notify", "outer", "inner", {"name": "send", "approval": True})
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from runtime_helpers import allow, runtime_at
 
 from tracelock import DivergenceError
-from tracelock.runtime.fork import fork_run
+from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.runtime import Runtime
 
 # A program is a list of items: ("call", name, x), ("random",) or ("gather", ((name, x), ...)).

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from tracelock import Runtime, Toolkit
-from tracelock.runtime.compare import first_difference, projection_of, step_table
-from tracelock.runtime.drift import detect_drift
-from tracelock.runtime.fork import fork_run
-from tracelock.runtime.gate import replay_all
 from tracelock.runtime.records import load_run
+from tracelock.runtime.replay.compare import first_difference, projection_of, step_table
+from tracelock.runtime.replay.drift import detect_drift
+from tracelock.runtime.replay.fork import fork_run
+from tracelock.runtime.replay.gate import replay_all
 
 POLICY = {
     "version": 1,

@@ -123,7 +123,7 @@ def test_a_resolved_blocked_run_resumed_with_diverging_code_stays_blocked(runtim
 
 
 def test_a_fork_child_awaiting_approval_that_diverges_stays_awaiting_approval(runtime: Runtime) -> None:
-    from tracelock.runtime.fork import fork_run
+    from tracelock.runtime.replay.fork import fork_run
 
     runtime.run(buyer, {"key": "k", "amount": 3}, run_id="parent")
     child = fork_run(runtime, "parent", 1, new_run_id="child")
@@ -141,7 +141,7 @@ def test_a_fork_child_awaiting_approval_that_diverges_stays_awaiting_approval(ru
 
 
 def test_a_fork_does_not_inherit_the_parents_approval_of_a_live_step(runtime: Runtime) -> None:
-    from tracelock.runtime.fork import fork_run
+    from tracelock.runtime.replay.fork import fork_run
 
     runtime.run(buyer, {"key": "k", "amount": 3}, run_id="parent")
     runtime.approve("parent", 1, by="alice")
@@ -154,7 +154,7 @@ def test_a_fork_does_not_inherit_the_parents_approval_of_a_live_step(runtime: Ru
 
 
 MODULE = '''
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
 CODE = {"suffix": ""}

@@ -145,7 +145,7 @@ def test_a_changed_tool_result_gives_a_different_fingerprint(tmp_path: Path) -> 
 HASH_SEED_SCRIPT = r"""
 import sys
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit(llm=lambda request: {"content": " ".join(sorted(set(request["prompt"].split())))})
 

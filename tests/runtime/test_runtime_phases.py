@@ -15,7 +15,7 @@ from runtime_helpers import Sleeps, allow, assert_store_ok, effect_of, record_of
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.outcomes import Outcome, Phase, lookup_code
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.tools import RetryPolicy
+from tracelock.runtime.tools.tools import RetryPolicy
 
 POLICY = allow(
     "add",

@@ -12,9 +12,9 @@ from runtime_helpers import Ids, allow, assert_store_ok, effect_of, record_of, r
 
 from tracelock.errors import StoreError
 from tracelock.runtime.errors import RunStateError, StepError
-from tracelock.runtime.policy import Policy
+from tracelock.runtime.policy.policy import Policy
+from tracelock.runtime.policy.sandbox import FS_OPERATIONS
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.sandbox import FS_OPERATIONS
 
 
 def echo_provider(request: dict[str, Any]) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from runtime_helpers import Ids, allow, assert_store_ok, effect_of, runtime_at
 
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.outcomes import Outcome, lookup_code
+from tracelock.runtime.policy.sandbox import FS_OPERATIONS, Sandbox
 from tracelock.runtime.runtime import RunResult, Runtime
-from tracelock.runtime.sandbox import FS_OPERATIONS, Sandbox
 
 POLICY = allow("add", fs={"operations": list(FS_OPERATIONS)})
 VALID = {

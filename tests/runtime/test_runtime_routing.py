@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
+from tracelock.runtime.doors.routing import candidates_for
 from tracelock.runtime.errors import AgentDefinitionError
-from tracelock.runtime.routing import candidates_for
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Intent
+from tracelock.runtime.tools.toolkit import Intent
 
 POLICY = allow("answer")
 

@@ -10,7 +10,12 @@ import pytest
 from runtime_helpers import allow, effect_of, runtime_at
 
 from tracelock.runtime.errors import StepError
-from tracelock.runtime.tools import RetryPolicy, Tool, ToolDefinitionError, schema_from_signature
+from tracelock.runtime.tools.tools import (
+    RetryPolicy,
+    Tool,
+    ToolDefinitionError,
+    schema_from_signature,
+)
 
 
 def search(

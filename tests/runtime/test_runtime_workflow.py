@@ -11,8 +11,8 @@ import pytest
 from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
 from tracelock.core.fingerprint import value_hash
+from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent, WorkflowError, WorkflowStep
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.workflow import Workflow, WorkflowAgent, WorkflowError, WorkflowStep
 
 POLICY = allow("fetch", "prep", "combine")
 

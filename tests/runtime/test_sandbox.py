@@ -12,7 +12,7 @@ import fastjsonschema
 import pytest
 
 from tracelock.runtime.outcomes import Outcome, StepFailure, lookup_code
-from tracelock.runtime.sandbox import (
+from tracelock.runtime.policy.sandbox import (
     FS_OPERATIONS,
     MAX_SYMLINK_HOPS,
     OPERATIONS,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tracelock.core.hashing import canonical_hash
 from tracelock.runtime.outcomes import Outcome, StepFailure, lookup_code
-from tracelock.runtime.sandbox import OPERATIONS, Sandbox, SandboxLimits
+from tracelock.runtime.policy.sandbox import OPERATIONS, Sandbox, SandboxLimits
 
 COMPONENTS = [
     "..",

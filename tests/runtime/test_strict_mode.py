@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from tracelock import Runtime, Toolkit
-from tracelock.runtime import strict
 from tracelock.runtime.records import load_run
+from tracelock.runtime.strict import guard as strict
 
 POLICY = {"version": 1, "tools": [{"name": "clock_tool"}]}
 kit = Toolkit()

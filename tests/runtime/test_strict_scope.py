@@ -27,7 +27,7 @@ import pytest
 
 from tracelock import Runtime
 from tracelock.analysis.rules import RULES, Rule, Target, TargetKind, match
-from tracelock.runtime import strict
+from tracelock.runtime.strict import guard as strict
 
 # Bound to the unguarded function, as ``from uuid import uuid4`` at import time does.
 uuid4 = inspect.unwrap(uuid.uuid4)

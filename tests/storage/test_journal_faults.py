@@ -27,7 +27,7 @@ from tests.storage.conftest import TickClock, record_run
 from tracelock.core.entry import Entry
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.backend import NewEntry
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import DurabilityError, JournalCorruptError, StoreClosedError

@@ -20,7 +20,7 @@ from tracelock.cli.describe import Describer
 from tracelock.examples import support
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
-from tracelock.storage.open import open_store
+from tracelock.storage.open import open_directory_store
 from tracelock.storage.verify import verify_run, verify_store
 
 TICKET = {"id": "T-1042", "text": "Hello, the keyboard from order A-1001 arrived broken. Refund?"}
@@ -34,7 +34,7 @@ def demo_command(store_path: Path, as_json: bool) -> None:
     """Record a support agent's run, then retrieve, replay and verify it."""
     say = (lambda *_: None) if as_json else click.echo
     sandbox = store_path.parent / (store_path.name.lstrip(".") + "-demo-sandbox")
-    store = open_store(store_path)
+    store = open_directory_store(store_path, what="demo")
     runtime = Runtime(store, support.POLICY_FILE, toolkits=(support.support,), sandbox=sandbox)
     report: dict[str, Any] = {}
     try:

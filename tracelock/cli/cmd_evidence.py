@@ -27,10 +27,11 @@ from tracelock.evidence.history import (
     StoredCheckpoint,
     load_signing_key,
 )
+from tracelock.evidence.proofs import CACHE_ALTERED, JOURNAL_CHANGED, judge_tree_mismatch
 from tracelock.evidence.redaction import parse_step, redact
 from tracelock.evidence.verify import BundleReport, Failure, load_pinned_keys, verify_bundle
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.open import open_store
+from tracelock.storage.open import open_directory_store
 
 
 def _signing_key(path: Path | None, *, required: bool) -> SigningKey | None:
@@ -51,7 +52,7 @@ def _signing_key(path: Path | None, *, required: bool) -> SigningKey | None:
 
 
 def _open_reader(store_path: Path) -> DirectoryStore:
-    return open_store(store_path, create=False, read_only=True)
+    return open_directory_store(store_path, create=False, read_only=True, what="this evidence command")
 
 
 def _checkpoint_text(stored: StoredCheckpoint) -> list[str]:
@@ -204,11 +205,8 @@ def _prove_run(
         "error": None,
     }
     if store.tree_size() < stored.size or store.tree_root(stored.size) != stored.root:
-        document["ok"] = False
-        document["error"] = (
-            f"the journal does not match checkpoint {stored.number}: it was rewritten or "
-            "truncated since the checkpoint was signed"
-        )
+        wrong, message = judge_tree_mismatch(store, stored.number, stored.size, stored.root)
+        document.update(ok=False, error=message, wrong=wrong)
         return document
     for entry in entries:
         if entry.seq >= stored.size:
@@ -258,7 +256,8 @@ def _prove_consistency(
         document.update(ok=False, error=f"checkpoint {old_number} is larger than checkpoint {new_number}")
         return document
     if store.tree_size() < new.size:
-        document.update(ok=False, error=f"the journal is shorter than checkpoint {new_number}")
+        wrong, message = judge_tree_mismatch(store, new.number, new.size, new.root)
+        document.update(ok=False, error=message, wrong=wrong)
         return document
     proof = store.consistency_proof(old.size, new.size) if 0 < old.size < new.size else []
     document["proof"] = [node.hex() for node in proof]
@@ -268,6 +267,18 @@ def _prove_consistency(
         verify_consistency(old.size, new.size, proof, old.root, new.root)
     except ProofError as exc:
         document.update(ok=False, error=f"[{exc.code}] {exc.message}")
+        # Which side: each checkpoint against the journal itself.
+        for checkpoint in (new, old):
+            wrong, message = judge_tree_mismatch(store, checkpoint.number, checkpoint.size, checkpoint.root)
+            if wrong == JOURNAL_CHANGED:
+                break
+        else:
+            wrong, message = CACHE_ALTERED, (
+                "the journal itself matches both checkpoints, so the proof made from the "
+                "store's Merkle node files (a cache) is what is wrong: they were altered. "
+                "Delete the store's merkle/ directory to have them rebuilt from the journal"
+            )
+        document.update(error=f"[{exc.code}] {exc.message}; {message}", wrong=wrong)
     return document
 
 
@@ -352,7 +363,7 @@ def redact_command(
     marker holding its hash, and the rest stays readable. Payloads are content-addressed:
     identical bytes referenced by other entries or runs are redacted there too."""
     target = parse_step(step)
-    with open_store(store_path, create=False) as store:
+    with open_directory_store(store_path, create=False, what="redact") as store:
         result = redact(store, run_id, target, by=by, reason=reason, fields=fields)
     document = result.to_dict()
 

@@ -14,13 +14,13 @@ from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_e
 from tracelock.cli.drift_processes import process_attempt
 from tracelock.cli.loading import import_agent, read_json_file, toolkits_for_runs
 from tracelock.errors import UsageError
-from tracelock.runtime.compare import run_difference, step_table
-from tracelock.runtime.drift import compare_attempts, detect_drift, hash_seed
-from tracelock.runtime.fork import fork_run
-from tracelock.runtime.gate import replay_all
 from tracelock.runtime.records import load_run
+from tracelock.runtime.replay.compare import run_difference, step_table
+from tracelock.runtime.replay.drift import compare_attempts, detect_drift, hash_seed
+from tracelock.runtime.replay.fork import fork_run
+from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.open import open_store
 
 

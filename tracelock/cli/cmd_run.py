@@ -16,7 +16,7 @@ from tracelock.cli.loading import build_runtime, import_agent, read_json_file
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import RunResult, Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ from tracelock.errors import UsageError
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.open import open_store
+from tracelock.storage.open import open_directory_store, open_store
+from tracelock.storage.postgres import PostgresStore
 from tracelock.storage.verify import verify_run
 
 
@@ -31,11 +32,11 @@ def format_ts(ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def open_for_reading(store_path: Path) -> DirectoryStore:
+def open_for_reading(store_path: Path) -> DirectoryStore | PostgresStore:
     return open_store(store_path, create=False, read_only=True)
 
 
-def _repairs_note(store: DirectoryStore) -> list[dict[str, Any]]:
+def _repairs_note(store: DirectoryStore | PostgresStore) -> list[dict[str, Any]]:
     repairs = [repair.to_dict() for repair in store.repairs]
     for repair in repairs:
         click.echo(
@@ -155,7 +156,7 @@ def verify_command(
     run_id = target
     verdict: CheckpointVerdict | None = None
     pins = load_pinned_keys(keys) if keys else []
-    with open_for_reading(store_path) as store:
+    with open_directory_store(store_path, create=False, read_only=True, what="verify") as store:
         repairs = _repairs_note(store)
         if run_id is None:
 

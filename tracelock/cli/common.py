@@ -30,16 +30,26 @@ def json_option(func: F) -> F:
     )(func)
 
 
+class _StoreLocation(click.Path):
+    """A store directory, or a server URL kept as written (a ``Path`` would fold its ``//``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "://" in value:
+            return value
+        return super().convert(value, param, ctx)
+
+
 def store_option(func: F) -> F:
-    """Add ``--store DIR`` (or ``TRACELOCK_STORE``), default ``./.tracelock``."""
+    """Add ``--store DIR`` or ``--store postgresql://...`` (or ``TRACELOCK_STORE``), default
+    ``./.tracelock``."""
     return click.option(
         "--store",
         "store_path",
-        type=click.Path(path_type=Path, file_okay=False),
+        type=_StoreLocation(path_type=Path, file_okay=False),
         envvar="TRACELOCK_STORE",
         default=Path(".tracelock"),
         show_default=True,
-        help="Store directory (env: TRACELOCK_STORE).",
+        help="Store directory or postgresql:// URL (env: TRACELOCK_STORE).",
     )(func)
 
 

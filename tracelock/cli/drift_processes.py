@@ -2,7 +2,7 @@
 
 Each attempt is ``tracelock run MODULE:FUNCTION`` in a new interpreter, in the current
 directory (from which the agent module is imported, as the CLI does), with
-``PYTHONHASHSEED`` set to :func:`tracelock.runtime.drift.hash_seed` of the attempt number.
+``PYTHONHASHSEED`` set to :func:`tracelock.runtime.replay.drift.hash_seed` of the attempt number.
 The run goes to the store directory the drift comparison gives the attempt.
 """
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tracelock.errors import ReplayError
-from tracelock.runtime.drift import Attempt, hash_seed
+from tracelock.runtime.replay.drift import Attempt, hash_seed
 from tracelock.storage.open import open_store
 
 __all__ = ["DriftAttemptError", "process_attempt"]

@@ -12,7 +12,7 @@ from tracelock.core.canonical import CanonicalError, loads
 from tracelock.errors import UsageError
 from tracelock.runtime.errors import AgentDefinitionError
 from tracelock.runtime.runtime import Runtime, resolve_agent_path
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.open import open_store
 
 

@@ -2,7 +2,7 @@
 
 The bundle's entries and payloads become a :class:`tracelock.runtime.records.RunRecord`
 (read through a small read-only view that has the store methods ``load_run`` uses), and
-:func:`tracelock.runtime.replay.replay_record` replays it with a :class:`Runtime` over a
+:func:`tracelock.runtime.replay.replay.replay_record` replays it with a :class:`Runtime` over a
 temporary store and the policy the run was recorded under. A field redaction is replayed
 with its marker in place of the value, so a step whose redacted member the code compares
 (its arguments) diverges, and says so; a wholly redacted effect cannot be replayed.
@@ -23,9 +23,9 @@ from tracelock.errors import TracelockError
 from tracelock.evidence.bundle import ENTRIES, PAYLOAD_DIR, BundleFiles
 from tracelock.evidence.redaction import parse_redaction
 from tracelock.runtime.records import load_run
-from tracelock.runtime.replay import replay_record
+from tracelock.runtime.replay.replay import replay_record
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import RunNotFoundError

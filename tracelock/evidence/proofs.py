@@ -8,6 +8,9 @@ target's ancestor at every level, and the subtrees of the right edge of the tree
 decomposition of its size). Every range an RFC 9162 ``PATH`` asks for is one of those, or a
 right-edge range made of them. Memory is proportional to the number of proofs times the
 height of the tree, not to the size of the tree.
+
+:func:`judge_tree_mismatch` says which side is wrong when the store's cached tree does not
+give a checkpoint's root: the node files (a cache) or the journal.
 """
 
 from __future__ import annotations
@@ -20,12 +23,47 @@ from tracelock.core.merkle import (
     HASH_SIZE,
     ProofRootMismatchError,
     inclusion_proof,
+    leaf_hash,
     node_hash,
     split_point,
     verify_inclusion,
 )
+from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.journal_file import ENTRY, Record
+from tracelock.storage.merkle_stream import MerkleStream
 
-__all__ = ["InclusionVerifier", "batch_inclusion_proofs"]
+__all__ = ["CACHE_ALTERED", "JOURNAL_CHANGED", "InclusionVerifier", "batch_inclusion_proofs", "judge_tree_mismatch"]
+
+#: Which side :func:`judge_tree_mismatch` found wrong.
+CACHE_ALTERED = "merkle_cache"
+JOURNAL_CHANGED = "journal"
+
+
+def judge_tree_mismatch(store: DirectoryStore, number: int, size: int, root: bytes) -> tuple[str, str]:
+    """The store's Merkle tree does not give checkpoint ``number``'s (``size``, ``root``):
+    recompute the root of the journal's first ``size`` entries from the journal itself (one
+    streamed pass, O(log n) memory) and say which side is wrong, as (side, message)."""
+    stream = MerkleStream([size])
+    for record in store.iter_records():
+        if stream.size >= size:
+            break
+        if isinstance(record, Record) and record.kind == ENTRY:
+            stream.add((leaf_hash(record.data),))
+    if size in stream.roots and stream.roots[size] == root:
+        return CACHE_ALTERED, (
+            f"the store's Merkle node files do not match checkpoint {number}, but its journal "
+            "does: the node files (a cache) were altered. Delete the store's merkle/ directory "
+            "to have them rebuilt from the journal"
+        )
+    if size not in stream.roots:
+        return JOURNAL_CHANGED, (
+            f"the journal holds {stream.size} entries, checkpoint {number} covers {size}: it was "
+            "truncated (entries deleted) since the checkpoint was signed"
+        )
+    return JOURNAL_CHANGED, (
+        f"the journal does not match checkpoint {number}: the root of its first {size} entries "
+        "differs from the signed one, so it was rewritten since the checkpoint was signed"
+    )
 
 
 def _needed(targets: Iterable[int], size: int) -> set[tuple[int, int]]:

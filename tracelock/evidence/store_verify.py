@@ -11,7 +11,10 @@ history and at the journal's full size, in O(log n) memory. Then:
   a pinned key; an older checkpoint signed by a pinned key must verify too;
 * **the Merkle node files** (a cache of the tree): every stored node must be the node the
   journal gives. One that differs is reported as tampering of that cache
-  (``STORE_MERKLE_TAMPERED``), never rebuilt silently.
+  (``STORE_MERKLE_TAMPERED``), never rebuilt silently;
+* **the index** (``index.sqlite``, another cache): compared with the journal during the same
+  pass (``tracelock.storage.verify``); one that contradicts it is ``STORE_INDEX_TAMPERED``,
+  reported last (the journal and the checkpoints are judged first), never rebuilt silently.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tracelock.evidence.verify import PinnedKey
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.merkle_stream import MerkleStream, open_node_files
 from tracelock.storage.merkle_tree import MerkleTreeFile
-from tracelock.storage.verify import VerifyReport, verify_store
+from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport, verify_store
 
 __all__ = [
     "CHECKPOINT_INCONSISTENT",
@@ -132,14 +135,20 @@ def verify_store_checkpoints(
     cache = _open_cache(store, verdict)
     try:
         stream = MerkleStream([cp.size for cp in checkpoints], cache)
-        report = verify_store(store, progress=progress, merkle=stream)
+        report = verify_store(store, progress=progress, merkle=stream, compare_index=True)
     finally:
         if cache is not None:
             cache.close()
+    # A contradicting index is reported after the checkpoints: the journal itself passed.
+    index_issue = report.issue if report.issue is not None and report.issue.code == INDEX_TAMPERED else None
+    if index_issue is not None:
+        report.issue = None
     if history_problem is not None:
         verdict.trust = INTEGRITY_ONLY if not pins else PINNED
         if report.ok:
             _fail(report, CHECKPOINT_HISTORY, report.entries, history_problem.message)
+        if report.ok:
+            report.issue = index_issue
         return report, verdict
     if checkpoints:
         verdict.newest = checkpoints[-1]
@@ -169,6 +178,8 @@ def verify_store_checkpoints(
             f"not the one the journal gives; {why}. They are not rebuilt silently: delete the "
             "store's merkle/ directory to have them rebuilt from the journal",
         )
+    if report.ok and index_issue is not None:
+        report.issue = index_issue
     return report, verdict
 
 

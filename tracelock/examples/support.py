@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tracelock.runtime.context import RunContext
+from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import StepError
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 POLICY_FILE = Path(__file__).with_name("support_policy.toml")
 

@@ -14,6 +14,7 @@ __all__ = [
     "RunStateError",
     "DivergenceError",
     "Diverged",
+    "Suspend",
     "ToolNotFoundError",
 ]
 
@@ -94,3 +95,14 @@ class Diverged(BaseException):
     def __init__(self, report: dict[str, Any]) -> None:
         super().__init__(report.get("message", "replay diverged"))
         self.report = report
+
+
+class Suspend(BaseException):
+    """Unwinds the agent when the run must wait (approval) or is blocked. Not an error:
+    it derives from BaseException so that an agent's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, status: str, step: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.step = step
+        self.reason = reason

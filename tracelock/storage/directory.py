@@ -6,7 +6,8 @@ Layout::
     <dir>/journal.log    entries and payload records (see ``journal_file``)
     <dir>/journal.synced how much of the journal is known durable (see ``synced_mark``)
     <dir>/lock           advisory lock held by the one writer process
-    <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale)
+    <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale; one
+                         that contradicts the journal is reported, never rebuilt silently)
     <dir>/quarantine/    bytes cut from an unfinished write, kept for inspection
 
 The journal and the mark are read and written through a ``FileIO`` (``fileio``), so that
@@ -24,7 +25,6 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,7 +44,9 @@ from tracelock.core.entry import (
 )
 from tracelock.core.merkle import leaf_hash
 from tracelock.storage.backend import NO_PAYLOAD, NewEntry, Repair, RunInfo
+from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.errors import (
+    IndexTamperedError,
     JournalCorruptError,
     PayloadMissingError,
     PayloadRedactedError,
@@ -58,7 +60,7 @@ from tracelock.storage.errors import (
 )
 from tracelock.storage.fileio import OS_FILES, FileIO
 from tracelock.storage.files import fsync_dir, write_durably
-from tracelock.storage.index import Index, IndexedPayload
+from tracelock.storage.index import LOCATION, Index, IndexedPayload, RunRow, row_difference
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -84,16 +86,9 @@ _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
 _INDEX_BATCH = 2048
 _PAYLOAD_CACHE = 65536
 _NUL = b"\0"
-
-
-def wall_clock_ms() -> int:
-    """The default entry timestamp source. Timestamps are kept out of every determinism
-    hash, so reading the real clock here decides nothing."""
-    return time.time_ns() // 1_000_000  # tracelock: allow TL-CLOCK-001 -- entry timestamps are excluded from every determinism hash
-
-
-def _random_store_id() -> str:
-    return os.urandom(16).hex()  # tracelock: allow TL-RAND-004 -- a store's name, never hashed
+_NEWLINE = b"\n"
+#: How many of the newest entry locations an open checks against the journal.
+_SPOT_CHECK = 64
 
 
 
@@ -151,12 +146,15 @@ class DirectoryStore:
         self._tail_fragment: tuple[int, int] | None = None
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
+        #: Why ``index.sqlite`` was found altered when a read-only handle opened it (the
+        #: handle then uses a private index built from the journal); a writer refuses.
+        self.index_problem: str | None = None
 
         meta_path = self._path / "store.json"
         if not meta_path.exists():
             if read_only or not create:
                 raise StoreNotFoundError(f"no tracelock store at {self._path}")
-            self._create(store_id or _random_store_id)
+            self._create(store_id or random_store_id)
         self._check_format(meta_path)
         journal = self._path / "journal.log"
         try:
@@ -246,14 +244,19 @@ class DirectoryStore:
                 Path(str(path) + suffix).unlink(missing_ok=True)
             return Index(path)
 
-    def _index_matches_journal(self, size: int, synced: int | None) -> bool:
+    def _index_usable(self, size: int, synced: int | None) -> bool:
+        """Whether the index can be caught up from where it ends (False: rebuild it).
+
+        Stale, to be rebuilt: it ends past the journal's data, or covers bytes from the
+        synced mark on that do not all hold data (it is never synced: after a power cut it
+        may describe records that never reached the disk). Otherwise it covers only bytes
+        that were written, and what it says about them must be true: a contradiction found
+        by the spot checks of :meth:`_spot_check` is tampering (``IndexTamperedError``).
+        """
         end = self._index.journal_end
         count = self._index.entry_count
         if end > size:
             return False
-        # The index is never synced: after a power cut it may cover bytes written after the
-        # last sync, some of which never reached the disk (they read back as NULs). Such a
-        # hole must be judged by the scan, so an index that covers one is not used.
         position = synced or 0
         while position < end:
             chunk = self._file.pread(min(1 << 20, end - position), position)
@@ -262,11 +265,104 @@ class DirectoryStore:
             position += len(chunk)
         if count == 0:
             return end == 0
-        location = self._index.entry_location(count - 1)
-        if location is None:
-            return False
-        line = self._file.pread(location[1], location[0])
-        return hashlib.sha256(line).hexdigest() == self._index.last_hash
+        problem = self._spot_check(end, count)
+        if problem is None:
+            return True
+        if not problem:
+            return False  # the journal changed under the index: its scan judges it
+        if not self._read_only:
+            raise self._tampered(problem)
+        # A reader changes nothing: it notes the lie and answers from a private index.
+        self.index_problem = self._tampered(problem).message
+        self._index.close()
+        self._index = Index(Path(":memory:"))
+        return False
+
+    def _spot_check(self, end: int, count: int) -> str | None:
+        """Cheap checks at open (a few reads, never the whole journal): the index ends at a
+        record boundary, its newest entry locations hold those entries, the last one with
+        the hash it records, and that entry's run row agrees with it.
+
+        None when they pass; what is wrong when the index contradicts the journal; "" when
+        the journal's own records are what changed (a record there is no valid entry, or
+        the index agrees with itself about a last entry the journal holds otherwise): the
+        index is then rebuilt and the journal judged by the scan, as without an index."""
+        if self._file.pread(1, end - 1) != _NEWLINE:
+            return f"it ends at byte {end}, which is not the end of a journal record"
+        block = self._index.last_block()
+        if block is None or block[0] + len(block[1]) // LOCATION.size != count:
+            return f"it counts {count} entries but holds locations for another number"
+        first_seq, blob = block
+        checked = min(_SPOT_CHECK, len(blob) // LOCATION.size)
+        last: Entry | None = None
+        for seq in range(count - checked, count):
+            offset, length = LOCATION.unpack_from(blob, (seq - first_seq) * LOCATION.size)
+            entry = self._located_entry(seq, offset, length)
+            if entry is None:
+                return ""
+            if isinstance(entry, str):
+                return entry
+            last = entry
+        assert last is not None
+        row = self._index.run_row(last.run)
+        if last.hash != self._index.last_hash:
+            if row is not None and row[9] == self._index.last_hash:
+                return ""
+            return f"it records hash {self._index.last_hash} for entry {last.seq}, the journal holds {last.hash}"
+        problem = self._head_problem(row, last)
+        if problem is None and row is not None and last.meta is not None:
+            status = last.meta.get("status")
+            if isinstance(status, str) and row[3] != status:
+                problem = f"run {last.run} is {row[3]!r} in it, its last entry says {status!r}"
+        return problem
+
+    def _located_entry(self, seq: int, offset: int, length: int) -> Entry | str | None:
+        """The entry the index places at (offset, length) for ``seq``; what is wrong with
+        the index when that is not one whole entry record of that seq; None when it is one
+        whole record that is no valid entry (damage of the journal, not of the index)."""
+        if offset < 0 or length <= 0:
+            return f"entry {seq} has no valid location in it ({offset}, {length})"
+        before = 1 if offset else 0
+        raw = self._file.pread(length + 1 + before, offset - before)
+        if raw[:before] != _NEWLINE[:before] or raw[-1:] != _NEWLINE or len(raw) != length + 1 + before:
+            return f"it places entry {seq} at bytes {offset}-{offset + length}, which is not one journal record"
+        line = raw[before:-1]
+        if line[:1] != b"{":
+            return f"it places entry {seq} at byte {offset}, which holds a payload record"
+        try:
+            entry = parse_entry(line)
+        except EntryFormatError:
+            return None
+        if entry.seq != seq:
+            return f"it places entry {seq} at byte {offset}, which holds entry {entry.seq}"
+        return entry
+
+    @staticmethod
+    def _head_problem(row: RunRow | None, last: Entry) -> str | None:
+        """What the run row of ``last``'s run states wrongly about its head, when ``last``
+        is that run's last entry."""
+        if row is None:
+            return f"it has no row for run {last.run}"
+        closed = last.kind in TERMINAL_KINDS
+        if (row[7], row[8], row[9], bool(row[10])) != (last.seq, last.i + 1, last.hash, closed):
+            return (
+                f"its row for run {last.run} says {row[8]} entries, last seq {row[7]}, head "
+                f"{row[9][:16]}, {'closed' if row[10] else 'open'}; the journal's last entry of the "
+                f"run is seq {last.seq}, index {last.i}, hash {last.hash[:16]}, "
+                f"{'closed' if closed else 'open'}"
+            )
+        return None
+
+    def _tampered(self, problem: str) -> IndexTamperedError:
+        path = self._path / "index.sqlite"
+        return IndexTamperedError(
+            f"the store's index (a cache of the journal) contradicts the journal: {problem}. "
+            "It covers only bytes that were written, so no crash explains this: the index was "
+            "altered (or the journal rewritten after it was indexed; `tracelock verify --store` "
+            f"checks the journal). It is not rebuilt silently: delete {path} to have it rebuilt "
+            "from the journal",
+            details={"index": str(path), "problem": problem},
+        )
 
     def _catch_up(self) -> int:
         """Bring the index up to the journal's end; repair an unacknowledged tail if writing.
@@ -285,7 +381,7 @@ class DirectoryStore:
                 "recorded as synced: acknowledged records are missing",
                 synced,
             )
-        if not self._index_matches_journal(size, synced):
+        if not self._index_usable(size, synced):
             self._index.reset()
         start = self._index.journal_end
         checker = ChainChecker(self._index.entry_count, lookup=self._index.head)
@@ -484,10 +580,10 @@ class DirectoryStore:
             tree.flush()
 
     def _iter_leaf_hashes(self, start_seq: int) -> Iterator[bytes]:
-        location = self._index.entry_location(start_seq) if start_seq else (0, 0)
-        if location is None:
+        start = self._entry_start(start_seq) if start_seq else 0
+        if start is None:
             return
-        for record in scan_records(self._file, location[0], self._index.journal_end):
+        for record in scan_records(self._file, start, self._index.journal_end):
             if isinstance(record, Record) and record.kind == ENTRY:
                 yield leaf_hash(record.data)
 
@@ -566,6 +662,14 @@ class DirectoryStore:
     @property
     def repairs(self) -> list[Repair]:
         return list(self._repairs)
+
+    def index_to_compare(self) -> Index | None:
+        """The on-disk index, for verification to compare with the journal; None when this
+        handle answers from a private one (another process writes, or the file was found
+        altered at open: see ``index_problem``)."""
+        if not self._owns_lock or self.index_problem is not None:
+            return None
+        return self._index
 
     @property
     def tail_fragment(self) -> tuple[int, int] | None:
@@ -742,14 +846,36 @@ class DirectoryStore:
         closed = run in self._closed_here
         if not closed:
             with self._index_lock:
-                state = self._index.head_state(run)
-            if state is None:
-                return None
-            last_i, last_hash, closed = state
+                row = self._index.run_row(run)
+                if row is None:
+                    return None
+                # The next entry commits to this head: a wrong one would be written into
+                # the journal as a broken chain, so it is checked against the journal first.
+                self._check_head(row)
+            last_i, last_hash, closed = row[8] - 1, row[9], bool(row[10])
             if not closed:
                 self._heads[run] = (last_i, last_hash)
                 return last_i, last_hash
         raise _ended(run)
+
+    def _check_head(self, row: RunRow) -> None:
+        """Raise ``IndexTamperedError`` unless the journal holds the head a run row states.
+        Holds ``_index_lock``."""
+        location = self._index.entry_location(row[7])
+        if location is None:
+            raise self._tampered(f"its row for run {row[0]} ends at seq {row[7]}, which it does not locate")
+        entry = self._located_entry(row[7], *location)
+        if entry is None:
+            entry = self._read_entry(*location)  # raises: the journal's record is damaged
+        if isinstance(entry, str):
+            raise self._tampered(entry)
+        problem = (
+            f"its row for run {row[0]} ends at seq {row[7]}, which is an entry of run {entry.run}"
+            if entry.run != row[0]
+            else self._head_problem(row, entry)
+        )
+        if problem is not None:
+            raise self._tampered(problem)
 
     def sync(self) -> None:
         """Make everything appended so far durable."""
@@ -837,6 +963,10 @@ class DirectoryStore:
             return None
         with self._index_lock:
             location = self._index.payload_location(digest)
+        if location is not None:
+            problem = self._payload_record_problem(digest, *location)
+            if problem is not None:
+                raise self._tampered(problem)
         if location is None:
             # Queued but not indexed yet, and already gone from the cache (rare: the cache
             # is much larger than an index batch).
@@ -844,6 +974,38 @@ class DirectoryStore:
         if location is not None:
             self._remember_payload(digest, *location)
         return location
+
+    def _payload_record_problem(self, digest: bytes, offset: int, length: int) -> str | None:
+        """What is wrong with the index's location of a payload, judged by the record there:
+        one whole record, a payload record (kept or erased) of that hash."""
+        before = self._file.pread(1, offset - 1) if offset > 0 else _NEWLINE
+        head = self._file.pread(66, offset)
+        after = self._file.pread(1, offset + length)
+        if (
+            length <= 66
+            or before != _NEWLINE
+            or head[:1] not in (b"=", b"-")
+            or head[1:] != digest.hex().encode() + b" "
+            or after != _NEWLINE
+        ):
+            return (
+                f"it places payload {digest.hex()} at bytes {offset}-{offset + length}, which do "
+                "not hold that payload's record"
+            )
+        return None
+
+    def _entry_start(self, seq: int) -> int | None:
+        """The offset of entry ``seq`` by the index, checked against the journal (a scan
+        started from a wrong offset would read garbage); None if the index has no such entry."""
+        location = self._index.entry_location(seq)
+        if location is None:
+            return None
+        entry = self._located_entry(seq, *location)
+        if entry is None:
+            self._read_entry(*location)  # raises: the journal's record is damaged
+        if isinstance(entry, str):
+            raise self._tampered(entry)
+        return location[0]
 
     # -- reading -----------------------------------------------------------------------
     def _prepare_read(self) -> None:
@@ -874,6 +1036,9 @@ class DirectoryStore:
         self._prepare_read()
         with self._index_lock:
             row = self._index.run(run)
+            full = self._index.run_row(run)
+            if full is not None:
+                self._check_head(full)
         if row is None:
             raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
         return row
@@ -882,9 +1047,14 @@ class DirectoryStore:
         self._prepare_read()
         with self._index_lock:
             locations = self._index.entry_locations(run)
-        if not locations:
+            row = self._index.run_row(run)
+        if not locations and row is None:
             raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
-        return [self._read_entry(offset, length) for offset, length in locations]
+        entries = [self._read_entry(offset, length) for offset, length in locations]
+        problem = _run_problem(run, row, entries)
+        if problem is not None:
+            raise self._tampered(problem)
+        return entries
 
     def entry_at(self, seq: int) -> Entry:
         self._prepare_read()
@@ -892,10 +1062,19 @@ class DirectoryStore:
             location = self._index.entry_location(seq)
         if location is None:
             raise StoreError(f"no entry with seq {seq}")
-        return self._read_entry(*location)
+        entry = self._located_entry(seq, *location)
+        if entry is None:
+            return self._read_entry(*location)  # raises: the journal's record is damaged
+        if isinstance(entry, str):
+            raise self._tampered(entry)
+        return entry
 
     def _read_entry(self, offset: int, length: int) -> Entry:
-        line = self._file.pread(length, offset)
+        before = 1 if offset else 0
+        raw = self._file.pread(length + 1 + before, offset - before)
+        if raw[:before] != _NEWLINE[:before] or raw[-1:] != _NEWLINE or len(raw) != length + 1 + before:
+            raise self._tampered(f"it places an entry at bytes {offset}-{offset + length}, which is not one journal record")
+        line = raw[before:-1]
         try:
             return parse_entry(line)
         except EntryFormatError as exc:
@@ -911,15 +1090,11 @@ class DirectoryStore:
 
     def iter_entries(self, start_seq: int = 0) -> Iterator[Entry]:
         self._prepare_read()
-        start = 0
-        if start_seq:
-            with self._index_lock:
-                location = self._index.entry_location(start_seq)
-            if location is None:
-                return
-            start = location[0]
         with self._index_lock:
+            start = self._entry_start(start_seq) if start_seq else 0
             end = self._index.journal_end
+        if start is None:
+            return
         for record in scan_records(self._file, start, end):
             if isinstance(record, Record) and record.kind == ENTRY:
                 yield self._read_line(record)
@@ -947,9 +1122,23 @@ class DirectoryStore:
         and whose bytes match the hash counts (used by verification, which trusts no index)."""
         with self._index_lock:
             location = self._index.payload_location(bytes.fromhex(digest))
-        if location is None or location[0] >= before:
-            return "missing"
-        record = self._file.pread(location[1], location[0])
+        if location is not None and location[0] < before and self._payload_record_problem(bytes.fromhex(digest), *location) is None:
+            record = self._file.pread(location[1], location[0])
+        else:
+            # Not where the index says (if it says): a wrong index must not make a payload
+            # look missing either, so the journal itself is searched (the index comparison
+            # of verification then reports the index).
+            found = next(
+                (
+                    item
+                    for item in scan_records(self._file, 0, before)
+                    if isinstance(item, Record) and item.kind in (PAYLOAD, REDACTED) and item.data[1:65] == digest.encode()
+                ),
+                None,
+            )
+            if found is None:
+                return "missing"
+            record = found.data
         if record[:1] == b"-" and record[1:65] == digest.encode():
             return "redacted"
         if record[:1] == b"=" and hashlib.sha256(record[66:]).hexdigest() == digest:
@@ -1024,3 +1213,35 @@ def _ended(run: str) -> StoreError:
 
 def _end_of(item: tuple[int, Any]) -> int:
     return item[0]
+
+
+def _run_problem(run: str, row: RunRow | None, entries: list[Entry]) -> str | None:
+    """What a run's row and entry locations state that its entries (read at those
+    locations) contradict."""
+    for position, entry in enumerate(entries):
+        if entry.run != run or entry.i != position:
+            return (
+                f"it lists the entry at seq {entry.seq} (run {entry.run}, index {entry.i}) as entry "
+                f"{position} of run {run}"
+            )
+    if row is None:
+        return f"it lists entries of run {run} but has no row for it"
+    if not entries:
+        return f"it has a row for run {run} but no entry locations"
+    first, last = entries[0], entries[-1]
+    status, agent, parent = "created", None, None
+    for entry in entries:
+        meta = entry.meta
+        if meta:
+            value = meta.get("status")
+            if isinstance(value, str):
+                status = value
+            if entry.i == 0 and isinstance(meta.get("agent"), str):
+                agent = meta["agent"]
+    if first.meta and isinstance(first.meta.get("parent"), str):
+        parent = first.meta["parent"]
+    actual: RunRow = (
+        run, agent, parent, status, first.ts, last.ts, first.seq, last.seq, len(entries), last.hash,
+        int(last.kind in TERMINAL_KINDS),
+    )
+    return row_difference(row, actual)

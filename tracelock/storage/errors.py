@@ -6,17 +6,23 @@ from tracelock.errors import StoreError
 
 __all__ = [
     "DurabilityError",
+    "IndexTamperedError",
     "JournalCorruptError",
     "PayloadMissingError",
     "PayloadRedactedError",
     "RunNotFoundError",
     "StoreClosedError",
+    "StoreConnectionError",
+    "StoreDriverMissingError",
     "StoreError",
     "StoreFormatError",
     "StoreFullError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StorePermissionError",
     "StoreReadOnlyError",
+    "StoreSchemaTooNewError",
+    "StoreUnsupportedError",
 ]
 
 
@@ -71,6 +77,14 @@ class JournalCorruptError(StoreError):
     code = "JOURNAL_CORRUPT"
 
 
+class IndexTamperedError(StoreError):
+    """``index.sqlite`` (a cache) is readable and covers only bytes that were written, yet
+    states something the journal contradicts: it was altered. Never rebuilt silently; the
+    remedy (delete the file to have it rebuilt) is in the message."""
+
+    code = "STORE_INDEX_TAMPERED"
+
+
 class PayloadMissingError(StoreError):
     """An entry references a payload that is not in the payload store."""
 
@@ -87,3 +101,36 @@ class RunNotFoundError(StoreError):
     """No run with that id exists in the store."""
 
     code = "RUN_NOT_FOUND"
+
+
+class StoreConnectionError(StoreError):
+    """A server backend could not be reached or refused the connection (a wrong connection
+    string, an unreachable server, a failed login). The message never holds the password."""
+
+    code = "STORE_CONNECTION_FAILED"
+
+
+class StorePermissionError(StoreError):
+    """The server's account lacks a privilege the store needs (to create its tables, or to
+    read or write them)."""
+
+    code = "STORE_PERMISSION_DENIED"
+
+
+class StoreSchemaTooNewError(StoreFormatError):
+    """The store's schema is of a newer version than this tracelock knows: it is refused,
+    never downgraded or written to."""
+
+    code = "STORE_SCHEMA_TOO_NEW"
+
+
+class StoreDriverMissingError(StoreError):
+    """The database driver a backend needs is not installed (``pip install 'tracelock[postgres]'``)."""
+
+    code = "STORE_DRIVER_MISSING"
+
+
+class StoreUnsupportedError(StoreError):
+    """The operation is not supported on this storage backend yet."""
+
+    code = "STORE_UNSUPPORTED"

@@ -10,7 +10,10 @@ run X") stay one query.
 The index is derived data. It is never fsynced (``synchronous=OFF``) and may be lost or
 stale at any time: it records how far into the journal it reaches (``journal_end``, and
 the hash of the last entry it covers), and the store catches it up from there, or
-rebuilds it from scratch when it does not match the journal.
+rebuilds it from scratch when it is missing, unreadable, of an older schema, or covers bytes
+that a crash may have lost. An index that is none of these but states something the journal
+contradicts was altered: the store reports it (``IndexTamperedError``), never rebuilds it
+silently (``docs/spec.md`` 3.6).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from tracelock.core.entry import TERMINAL_KINDS, Entry
 from tracelock.storage.backend import RunInfo
 
-__all__ = ["Index", "IndexedPayload"]
+__all__ = ["LOCATION", "RUN_ROW_COLUMNS", "Index", "IndexedPayload", "RunRow", "row_difference"]
 
 _SCHEMA_VERSION = "2"
 
@@ -65,12 +68,21 @@ CREATE TABLE IF NOT EXISTS payloads (
 
 
 #: One entry's location in a packed ``locations`` blob: (offset, length), little-endian.
-_LOCATION = struct.Struct("<QI")
+_LOCATION = LOCATION = struct.Struct("<QI")
 
 _hash_of = operator.itemgetter(0)
 
 #: The columns of a run row, in the order of :class:`RunInfo`'s fields.
 _RUN_INFO_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
+
+#: Every column a run row states about the journal, in the order of :data:`RunRow`.
+RUN_ROW_COLUMNS = (
+    "run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, entries, last_hash, closed"
+)
+
+#: A whole run row: (run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq,
+#: entries, last_hash, closed).
+RunRow = tuple[str, str | None, str | None, str, int, int, int, int, int, str, int]
 
 
 #: A payload record's row: (SHA-256 digest, offset of the record, its length without the
@@ -302,6 +314,65 @@ class Index:
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
+    def run_row(self, run: str) -> RunRow | None:
+        row = self._db.execute(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None else _run_row(row)
+
+    def last_block(self) -> tuple[int, bytes] | None:
+        """The newest ``seq_blocks`` row: (first seq, packed locations)."""
+        row = self._db.execute(
+            "SELECT first_seq, locations FROM seq_blocks ORDER BY first_seq DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    # -- whole-table reads, for verification (streamed: constant memory) ------------------
+    def iter_seq_blocks(self) -> Iterator[tuple[int, bytes]]:
+        return iter(self._db.execute("SELECT first_seq, locations FROM seq_blocks ORDER BY first_seq"))
+
+    def iter_payloads_by_offset(self) -> Iterator[tuple[bytes, int, int]]:
+        """(hash as lowercase hex bytes, offset, length) of every payload row, by offset.
+        SQLite sorts in its own bounded memory, spilling to temporary files."""
+        return iter(
+            self._db.execute(
+                "SELECT CAST(lower(hex(hash)) AS BLOB), offset, length FROM payloads ORDER BY offset"
+            )
+        )
+
+    def iter_closed_runs(self) -> Iterator[tuple[Any, ...]]:
+        """(row id, *row) of every closed run, in the order their last entries come."""
+        return iter(
+            self._db.execute(
+                f"SELECT id, {RUN_ROW_COLUMNS} FROM runs WHERE closed != 0 ORDER BY last_seq"
+            )
+        )
+
+    def open_runs(self) -> dict[str, tuple[int, RunRow]]:
+        return {
+            str(row[1]): (int(row[0]), _run_row(row[1:]))
+            for row in self._db.execute(f"SELECT id, {RUN_ROW_COLUMNS} FROM runs WHERE closed = 0")
+        }
+
+    def iter_run_locations(self) -> Iterator[tuple[int, bytes]]:
+        """(run row id, packed locations of all its entries), by row id; a ``run_spans``
+        row of no run comes with id -1 - its run id."""
+        current: int | None = None
+        parts: list[bytes] = []
+        query = (
+            "SELECT s.run_id, s.locations, r.id IS NULL FROM run_spans s LEFT JOIN runs r ON r.id = s.run_id "
+            "ORDER BY s.run_id, s.first_seq"
+        )
+        for run_id, blob, orphan in self._db.execute(query):
+            if orphan:
+                yield -1 - int(run_id), bytes(blob)
+                continue
+            if run_id != current:
+                if current is not None:
+                    yield current, b"".join(parts)
+                current, parts = int(run_id), []
+            parts.append(bytes(blob))
+        if current is not None:
+            yield current, b"".join(parts)
+
     def has_payloads(self) -> bool:
         return bool(self._db.execute("SELECT EXISTS (SELECT 1 FROM payloads)").fetchone()[0])
 
@@ -311,3 +382,32 @@ class Index:
     def payload_hashes(self) -> Iterator[bytes]:
         for (digest,) in self._db.execute("SELECT hash FROM payloads"):
             yield bytes(digest)
+
+
+def _run_row(row: Sequence[Any]) -> RunRow:
+    return (
+        str(row[0]),
+        None if row[1] is None else str(row[1]),
+        None if row[2] is None else str(row[2]),
+        str(row[3]),
+        int(row[4]),
+        int(row[5]),
+        int(row[6]),
+        int(row[7]),
+        int(row[8]),
+        str(row[9]),
+        int(row[10]),
+    )
+
+
+_ROW_NAMES = RUN_ROW_COLUMNS.split(", ")
+
+
+def row_difference(stated: RunRow, actual: RunRow) -> str | None:
+    """What a run row states that differs from the row the journal gives, or None."""
+    wrong = [
+        f"{name} {said!r} (journal: {true!r})"
+        for name, said, true in zip(_ROW_NAMES, stated, actual, strict=True)
+        if (bool(said) != bool(true) if name == "closed" else said != true)
+    ]
+    return f"its row for run {actual[0]} states " + ", ".join(wrong) if wrong else None

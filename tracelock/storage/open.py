@@ -1,14 +1,19 @@
-"""Open a store by location: a directory path now; ``postgresql://`` URLs when that backend lands."""
+"""Open a store by location: a directory path, or a ``postgresql://`` connection string."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.errors import StoreFormatError
+from tracelock.storage.errors import StoreFormatError, StoreUnsupportedError
+from tracelock.storage.postgres.location import is_postgres_location
 
-__all__ = ["open_store"]
+if TYPE_CHECKING:
+    from tracelock.storage.postgres.store import PostgresStore
+
+__all__ = ["open_directory_store", "open_store"]
 
 
 def open_store(
@@ -17,14 +22,40 @@ def open_store(
     create: bool = True,
     read_only: bool = False,
     clock: Callable[[], int] | None = None,
-) -> DirectoryStore:
+) -> DirectoryStore | PostgresStore:
     """Open (or create) the store at ``location``.
 
-    A plain path is the embedded directory store. URL schemes are reserved for server
-    backends; an unknown scheme is an error rather than a directory named like a URL.
+    ``postgresql://`` (or ``postgres://``) connection strings open the PostgreSQL backend
+    (its driver is imported only then); a plain path is the embedded directory store. Any
+    other URL scheme is an error rather than a directory named like a URL.
     """
     text = os.fspath(location)
+    if is_postgres_location(text):
+        from tracelock.storage.postgres.store import PostgresStore
+
+        return PostgresStore(text, create=create, read_only=read_only, clock=clock)
     if "://" in text:
         scheme = text.split("://", 1)[0]
         raise StoreFormatError(f"no storage backend for {scheme}:// locations in this version")
     return DirectoryStore(text, create=create, read_only=read_only, clock=clock)
+
+
+def open_directory_store(
+    location: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    read_only: bool = False,
+    what: str = "this command",
+) -> DirectoryStore:
+    """:func:`open_store` for the operations that exist only on the directory store so far
+    (raw journal verification, checkpoints, proofs, bundles): any other backend is refused
+    with ``STORE_UNSUPPORTED``."""
+    text = os.fspath(location)
+    if is_postgres_location(text):
+        raise StoreUnsupportedError(
+            f"{what} is not supported on the PostgreSQL backend yet",
+            details={"backend": "postgresql", "operation": what},
+        )
+    store = open_store(text, create=create, read_only=read_only)
+    assert isinstance(store, DirectoryStore)
+    return store

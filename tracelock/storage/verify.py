@@ -4,6 +4,12 @@ Verification streams the journal once and keeps only bounded state: the heads of
 open, a bounded cache of payload hashes seen (older ones are looked up through the index and
 re-hashed from the file), a bounded memo of ``meta`` texts already proven canonical, and the
 set of redacted payloads.
+
+On the way it compares the store's index (``index.sqlite``, a cache) with the journal
+(``_IndexComparison``): every entry location, every payload location, every run row and every
+run's entry list. The index is read in the journal's order as the scan advances, so this too
+keeps bounded state (the summaries of runs still open). An index that contradicts a journal
+that passed is reported as ``STORE_INDEX_TAMPERED``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tracelock.core.entry import (
 from tracelock.errors import CanonicalError
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError
+from tracelock.storage.index import LOCATION, Index, IndexedPayload, RunRow, row_difference
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -47,7 +54,10 @@ ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
 (TERMINAL_KIND_BYTES,) = (kind.encode() for kind in TERMINAL_KINDS)
 
-__all__ = ["VerifyReport", "claimed_position", "verify_run", "verify_store"]
+__all__ = ["INDEX_TAMPERED", "VerifyReport", "claimed_position", "verify_run", "verify_store"]
+
+#: The issue code of an index that contradicts the journal.
+INDEX_TAMPERED = "STORE_INDEX_TAMPERED"
 
 _SEEN_CACHE = 1 << 16
 # The scan's payload cache is two generations of dicts (see ``_StoreScan``), each at most
@@ -179,6 +189,7 @@ def verify_store(
     *,
     progress: Callable[[int], None] | None = None,
     merkle: MerkleStream | None = None,
+    compare_index: bool = False,
 ) -> VerifyReport:
     """Verify the whole journal: record shapes, canonical form, seq numbering, every run's
     chain, every payload against its hash, every reference to a payload, and that every
@@ -191,9 +202,14 @@ def verify_store(
 
     ``merkle``, when given, receives the leaf hash of every entry that passed, in ``seq``
     order: after a pass with no issue it holds the journal's Merkle root (section 6).
+
+    ``compare_index``: also compare the store's index with the journal (when this handle
+    reads the on-disk index); a contradiction is the report's issue when the journal passed.
+    ``verify --store`` (``tracelock.evidence.store_verify``) asks for it.
     """
     store.flush()  # what this handle appended is in the file before it is read
-    scan = _StoreScan(store, progress, merkle)
+    index = store.index_to_compare() if compare_index else None
+    scan = _StoreScan(store, progress, merkle, None if index is None else _IndexComparison(index))
     carried: list[bytes] = []  # the start of a line that continues in the next chunk
     offset = 0  # where the next block starts in the file
     fd = os.open(store.journal_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -223,7 +239,244 @@ def verify_store(
                 carried.append(data[cut:])
     finally:
         os.close(fd)
-    return scan.finish(offset, sum(map(len, carried)))
+    report = scan.finish(offset, sum(map(len, carried)))
+    if compare_index and report.ok:
+        if store.index_problem is not None:
+            report.issue = _issue(INDEX_TAMPERED, report.entries, None, store.index_problem)
+        elif scan.compare is not None:
+            problem = scan.compare.finish(offset, report.entries)
+            if problem is not None:
+                report.issue = _issue(INDEX_TAMPERED, problem[0], problem[1], _index_message(store, problem[2]))
+        else:
+            report.notes.append(
+                "the index was not compared with the journal: another process holds the store"
+            )
+    return report
+
+
+def _index_message(store: DirectoryStore, problem: str) -> str:
+    path = store.path / "index.sqlite"
+    return (
+        f"the store's index (a cache of the journal) contradicts the journal, which passed: "
+        f"{problem}. The index was altered, or the journal rewritten after it was indexed in "
+        "a way the chain rules cannot see (a signed checkpoint tells). It is not rebuilt "
+        f"silently: delete {path} to have it rebuilt from the journal"
+    )
+
+
+#: ``"ts":<integer>,"v":1}`` ends every entry line: the timestamp starts this far after "ts".
+_TS_KEY = b'"ts":'
+_TS_TAIL = len(b',"v":1}')
+
+
+def _ts(line: bytes) -> int:
+    return int(line[line.rfind(_TS_KEY) + len(_TS_KEY) : -_TS_TAIL])
+
+
+def _meta_facts(meta: bytes) -> tuple[str | None, str | None, str | None]:
+    """(status, agent, parent) an entry's ``meta`` states (each when a string)."""
+    doc = orjson.loads(meta)
+    status, agent, parent = (doc.get(key) for key in ("status", "agent", "parent"))
+    return (
+        status if isinstance(status, str) else None,
+        agent if isinstance(agent, str) else None,
+        parent if isinstance(parent, str) else None,
+    )
+
+
+def _spans_digest(run_id: int, packed: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(run_id.to_bytes(8, "little", signed=True) + packed).digest(), "little")
+
+
+class _IndexComparison:
+    """The index against the journal, advanced by the scan record by record.
+
+    * entry locations: ``seq_blocks`` rows in ``seq`` order against the packed (offset,
+      length) of every entry;
+    * payload locations: ``payloads`` rows in offset order against every payload record
+      (an erased record may have a row or not: a rebuilt index has none; a journal record
+      without a row is fine only when it repeats a payload stored before it);
+    * run rows: closed runs in the order of their last entries, compared as each run ends;
+      open runs at the end;
+    * each run's entry list (``run_spans``): an order-free sum of a hash of (row id, packed
+      locations) per run, on both sides; when the sums differ, the runs are checked one by
+      one to name one that is wrong.
+
+    Only what the index covers is compared (it ends where the scan ends, or the comparison
+    fails at ``finish``). The first contradiction is kept as (seq, run, what).
+    """
+
+    _MODULUS = 1 << 256
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.limit = index.entry_count
+        self.blocks = index.iter_seq_blocks()
+        self.expected_seq = 0  # first seq of the next seq_blocks row
+        self.locations = bytearray()  # packed journal locations not yet compared
+        self.located = 0  # seq of the first location in ``locations``
+        self.payload_rows = index.iter_payloads_by_offset()
+        self.payload_row: IndexedPayload | None = next(self.payload_rows, None)
+        self.closed_rows = index.iter_closed_runs()
+        self.closed_row: tuple[Any, ...] | None = next(self.closed_rows, None)
+        # run -> [first seq, count, status, agent, parent, first line, last line, last seq, locations]
+        self.runs: dict[bytes, list[Any]] = {}
+        self.spans = 0
+        self.metas: dict[bytes, tuple[str | None, str | None, str | None]] = {}
+        self.problem: tuple[int, str | None, str] | None = None
+        self.last_line = b""
+        self.next_seq = 0
+
+    def fail(self, seq: int, run: str | None, what: str) -> None:
+        if self.problem is None:
+            self.problem = (seq, run, what)
+
+    def meta(self, summary: list[Any], meta: bytes, i: int) -> None:
+        """Fold an entry's ``meta`` into its run's summary (status; agent and parent from
+        the run's first entry)."""
+        facts = self.metas.get(meta)
+        if facts is None:
+            facts = _meta_facts(meta)
+            if len(self.metas) >= _META_MEMO:
+                self.metas.clear()
+            self.metas[meta] = facts
+        if facts[0] is not None:
+            summary[2] = facts[0]
+        if i == 0:
+            summary[3], summary[4] = facts[1], facts[2]
+
+    def advanced(self, next_seq: int, last_line: bytes) -> None:
+        """A block passed: compare the entry locations gathered so far."""
+        if last_line:
+            self.last_line = last_line
+        self.next_seq = next_seq
+        if len(self.locations) >= 1 << 16:
+            self._drain_locations()
+
+    def _row(self, run: bytes, summary: list[Any], closed: int) -> RunRow:
+        return (
+            run.decode(), summary[3], summary[4], summary[2] or "created", _ts(summary[5]),
+            _ts(summary[6]), summary[0], summary[7], summary[1],
+            hashlib.sha256(summary[6]).hexdigest(), closed,
+        )
+
+    def closed(self, run: bytes, summary: list[Any]) -> None:
+        """A run ended: its row must be the next closed one, and state what the journal does."""
+        del self.runs[run]
+        if self.problem is not None:
+            return
+        found = self.closed_row
+        if found is None or found[8] != summary[7]:
+            self.fail(summary[7], run.decode(), f"run {run.decode()} ends at seq {summary[7]}, but no closed run row of it does")
+            return
+        self.closed_row = next(self.closed_rows, None)
+        run_id = found[0]
+        line = summary[6]
+        # (id, run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, entries, last_hash, closed)
+        if found != (
+            run_id, run.decode(), summary[3], summary[4], summary[2] or "created", _ts(summary[5]),
+            int(line[line.rfind(_TS_KEY) + 5 : -_TS_TAIL]), summary[0], summary[7], summary[1],
+            hashlib.sha256(line).hexdigest(), 1,
+        ):
+            self._compare_row(found[1:], self._row(run, summary, 1))
+        self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]))) % self._MODULUS
+
+    def _compare_row(self, row: RunRow, actual: RunRow) -> None:
+        wrong = row_difference(row, actual)
+        if wrong is not None:
+            self.fail(actual[6], actual[0], wrong)
+
+    def payload(self, digest: bytes, offset: int, length: int, erased: bool) -> None:
+        if self.problem is not None:
+            return
+        row = self.payload_row
+        if row is not None and row[1] < offset:
+            self.fail(self.next_seq, None, f"it places payload {row[0].decode()} at byte {row[1]}, where no payload record starts")
+            return
+        if row is not None and row[1] == offset:
+            self.payload_row = next(self.payload_rows, None)
+            if row[0] != digest or row[2] != length:
+                self.fail(self.next_seq, None, f"it places payload {row[0].decode()} at bytes {row[1]}-{row[1] + row[2]}, which hold the record of payload {digest.decode(errors='replace')} ({length} bytes)")
+            return
+        if erased:
+            return  # a rebuilt index has no row for an erased record
+        earlier = self.index.payload_location(bytes.fromhex(digest.decode()))
+        if earlier is None or earlier[0] >= offset:
+            self.fail(self.next_seq, None, f"it has no row for payload {digest.decode()} stored at byte {offset}")
+
+    def _drain_locations(self) -> None:
+        while self.problem is None:
+            if self.pending_block is None:
+                self.pending_block = next(self.blocks, None)
+                if self.pending_block is None:
+                    if self.locations:
+                        self.fail(self.located, None, f"it locates no entry from seq {self.located} on")
+                    return
+            first_seq, blob = self.pending_block
+            if first_seq != self.expected_seq:
+                self.fail(self.expected_seq, None, f"its entry locations jump from seq {self.expected_seq} to {first_seq}")
+                return
+            if len(blob) > len(self.locations):
+                return
+            if blob != self.locations[: len(blob)]:
+                at = next(n for n in range(0, len(blob), LOCATION.size) if blob[n : n + LOCATION.size] != self.locations[n : n + LOCATION.size])
+                seq = self.located + at // LOCATION.size
+                said = LOCATION.unpack_from(blob, at)
+                true = LOCATION.unpack_from(self.locations, at)
+                self.fail(seq, None, f"it places entry {seq} at bytes {said[0]}-{said[0] + said[1]}; the journal has it at bytes {true[0]}-{true[0] + true[1]}")
+                return
+            del self.locations[: len(blob)]
+            self.located += len(blob) // LOCATION.size
+            self.expected_seq = self.located
+            self.pending_block = None
+
+    pending_block: tuple[int, bytes] | None = None
+
+    def finish(self, end: int, entries: int) -> tuple[int, str | None, str] | None:
+        index = self.index
+        if self.problem is None and (index.journal_end != end or index.entry_count != entries):
+            self.fail(min(index.entry_count, entries), None, f"it covers {index.entry_count} entries and {index.journal_end} bytes; the journal has {entries} entries in {end} bytes")
+        if self.problem is None and entries and index.last_hash != hashlib.sha256(self.last_line).hexdigest():
+            self.fail(entries - 1, None, f"it records hash {index.last_hash} for the last entry")
+        if self.problem is None:
+            self._drain_locations()
+        if self.problem is None and self.pending_block is not None:
+            self.fail(self.located, None, f"it locates entries from seq {self.located} on, which the journal does not have")
+        if self.problem is None and (self.locations or next(self.blocks, None) is not None):
+            self.fail(self.located, None, "its entry locations do not end where the journal's entries do")
+        if self.problem is None and self.payload_row is not None:
+            digest, offset, _ = self.payload_row
+            self.fail(self.next_seq, None, f"it places payload {digest.decode()} at byte {offset}, where no payload record starts")
+        if self.problem is None and self.closed_row is not None:
+            run_row = self.closed_row[1:]
+            self.fail(run_row[7], run_row[0], f"its row for run {run_row[0]} says the run ended at seq {run_row[7]}, where it did not")
+        if self.problem is None:
+            self._open_runs()
+        if self.problem is None:
+            stated = 0
+            for run_id, packed in index.iter_run_locations():
+                if run_id < 0:
+                    self.fail(self.next_seq, None, f"it lists entry locations of run row {-1 - run_id}, which does not exist")
+                    break
+                stated = (stated + _spans_digest(run_id, packed)) % self._MODULUS
+            else:
+                if stated != self.spans:
+                    self.fail(self.next_seq, None, "the entry lists of its runs (run_spans) differ from the runs' entries in the journal")
+        return self.problem
+
+    def _open_runs(self) -> None:
+        rows = self.index.open_runs()
+        for run, summary in self.runs.items():
+            found = rows.pop(run.decode(), None)
+            if found is None:
+                self.fail(summary[7], run.decode(), f"it has no open run row for run {run.decode()}")
+                return
+            run_id, row = found
+            self._compare_row(row, self._row(run, summary, 0))
+            self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]))) % self._MODULUS
+        if rows:
+            name, (_, row) = next(iter(rows.items()))
+            self.fail(row[7], name, f"it has an open run row for run {name}, which the journal does not have open")
 
 
 class _StoreScan:
@@ -244,8 +497,10 @@ class _StoreScan:
         store: DirectoryStore,
         progress: Callable[[int], None] | None,
         merkle: MerkleStream | None = None,
+        compare: _IndexComparison | None = None,
     ) -> None:
         self.store = store
+        self.compare = compare
         self.progress = progress
         self.merkle = merkle
         self.report = VerifyReport(scope="store")
@@ -279,6 +534,17 @@ class _StoreScan:
         payloads = redacted = runs = 0
         starts: list[int] | None = None  # line offsets, computed only if a lookup needs them
         leaves: list[bytes] | None = None if self.merkle is None else []
+        # Comparing the index (when asked): where each line starts, and the state the
+        # comparison keeps, bound to locals for the loop.
+        compare = self.compare
+        position = base
+        c_runs: dict[bytes, list[Any]] = {} if compare is None else compare.runs
+        c_locations = bytearray() if compare is None else compare.locations
+        c_limit = 0 if compare is None else compare.limit
+        c_metas: dict[bytes, tuple[str | None, str | None, str | None]] = {} if compare is None else compare.metas
+        c_payload_rows = iter(()) if compare is None else compare.payload_rows
+        pack = LOCATION.pack
+        last_line = b""
         # The final line feed is left out so that no empty line follows the last one.
         for line, i_text, kind, meta, payload, prev, run, seq_text in _RECORD_LINE.findall(
             data, 0, end - 1
@@ -330,6 +596,28 @@ class _StoreScan:
                     heads.pop(run, None)
                 else:
                     heads[run] = (i, sha256(line).hexdigest().encode())
+                if compare is not None:
+                    start = position
+                    position += len(line) + 1
+                    if next_seq < c_limit:
+                        last_line = line
+                        location = pack(start, len(line))
+                        c_locations += location
+                        summary = c_runs.get(run)
+                        if summary is None:
+                            summary = c_runs[run] = [next_seq, 0, None, None, None, line, line, next_seq, bytearray()]
+                        summary[1] += 1
+                        summary[6] = line
+                        summary[7] = next_seq
+                        summary[8] += location
+                        if meta:
+                            facts = c_metas.get(meta)
+                            if facts is None or i == 0:
+                                compare.meta(summary, meta, i)
+                            elif facts[0] is not None:
+                                summary[2] = facts[0]
+                        if kind == TERMINAL_KIND_BYTES:
+                            compare.closed(run, summary)
                 if leaves is not None:
                     leaves.append(sha256(_LEAF_PREFIX + line).digest())
                 next_seq += 1
@@ -343,11 +631,22 @@ class _StoreScan:
                         break
                     recent[digest] = False
                     payloads += 1
+                    if compare is not None:
+                        start = position
+                        position += len(line) + 1
+                        row = compare.payload_row
+                        if row is not None and row[1] == start and row[0] == digest and row[2] == len(line):
+                            compare.payload_row = next(c_payload_rows, None)
+                        else:
+                            compare.payload(digest, start, len(line), False)
                 else:
                     # An erased record's hash field is not checked here (a redaction entry
                     # must name it, see ``finish``); only a hex one can be named by an entry.
                     erased.add(digest)
                     redacted += 1
+                    if compare is not None:
+                        compare.payload(digest, position, len(line), True)
+                        position += len(line) + 1
                     if _HEX64.fullmatch(digest) is None:
                         continue
                     recent[digest] = True
@@ -358,6 +657,8 @@ class _StoreScan:
                 break  # no record
         else:
             self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs, leaves)
+            if compare is not None:
+                compare.advanced(min(next_seq, c_limit), last_line)
             return True
         self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs, leaves)
         if starts is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.peers.apps import effects
-from tracelock.runtime.toolkit import Toolkit
+from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit(llm=effects.llm)
 kit.tool("search_orders", side_effect="read_only", timeout=None)(effects.search_orders)

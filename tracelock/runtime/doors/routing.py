@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracelock.runtime.context import RunContext
+from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import AgentDefinitionError, StepError
 from tracelock.runtime.outcomes import Outcome, Phase, register_code
-from tracelock.runtime.toolkit import AgentSpec, Intent
+from tracelock.runtime.tools.toolkit import AgentSpec, Intent
 
 __all__ = ["candidates_for", "IntentRouter", "ROUTING_EXHAUSTED"]
 

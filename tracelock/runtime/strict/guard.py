@@ -57,7 +57,7 @@ from typing import Any, TypeVar
 
 from tracelock.analysis.rules import RULES_BY_ID, Rule, Target, TargetKind, match, patchable_targets
 from tracelock.errors import RuntimeFault
-from tracelock.runtime import strict_source as source
+from tracelock.runtime.strict import source
 
 __all__ = ["NondeterminismError", "install", "agent_code", "runtime_code", "active", "unguarded_targets"]
 

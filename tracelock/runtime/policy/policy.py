@@ -31,7 +31,7 @@ from tracelock.core.canonical import MAX_SAFE_INTEGER, dumps, loads
 from tracelock.core.hashing import canonical_hash
 from tracelock.errors import CanonicalError, PolicyError, RuntimeFault
 from tracelock.runtime.outcomes import Outcome, StepCode, StepFailure, lookup_code, register_code
-from tracelock.runtime.sandbox import (
+from tracelock.runtime.policy.sandbox import (
     DEFAULT_MAX_FILE_BYTES,
     FS_OPERATIONS,
     SandboxLimits,

@@ -21,8 +21,8 @@ import yaml
 
 from tracelock.core.fingerprint import value_hash
 from tracelock.errors import RuntimeFault
-from tracelock.runtime.context import RunContext
-from tracelock.runtime.toolkit import AgentSpec
+from tracelock.runtime.doors.context import RunContext
+from tracelock.runtime.tools.toolkit import AgentSpec
 
 __all__ = ["Workflow", "WorkflowStep", "WorkflowError", "WorkflowAgent"]
 

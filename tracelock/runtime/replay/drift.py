@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracelock.runtime.compare import run_difference
 from tracelock.runtime.records import RunRecord, load_run
+from tracelock.runtime.replay.compare import run_difference
 from tracelock.storage.directory import DirectoryStore
 
 __all__ = ["Attempt", "DriftReport", "compare_attempts", "detect_drift", "hash_seed"]

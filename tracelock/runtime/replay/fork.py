@@ -19,21 +19,20 @@ parent's step (:func:`child_recording`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracelock.core.canonical import CanonicalError, dumps
-from tracelock.errors import StoreError, UsageError
-from tracelock.runtime.context import ParentPrefix, RunContext
+from tracelock.errors import UsageError
+from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
-from tracelock.runtime.lifecycle import check_transition
-from tracelock.runtime.policy import Policy
+from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
-from tracelock.runtime.replay import replay_record
+from tracelock.runtime.replay.replay import replay_record
+from tracelock.runtime.runs.lifecycle import check_transition
+from tracelock.runtime.runs.prefix import ForkPrefixError, child_recording
 
 if TYPE_CHECKING:
-    from tracelock.runtime.runtime import RunResult, Runtime
+    from tracelock.runtime.runs.engine import Engine, RunResult
 
 __all__ = ["ForkRefusedError", "ForkPrefixError", "fork_run", "child_recording"]
 
@@ -51,15 +50,8 @@ class ForkRefusedError(DivergenceError):
     code = "FORK_REFUSED"
 
 
-class ForkPrefixError(DivergenceError):
-    """A fork child cannot be resumed from its parent: a prefix step copied into its journal
-    differs from the parent's, or the parent's record cannot be read. Nothing is run."""
-
-    code = "FORK_PREFIX_INVALID"
-
-
 def fork_run(
-    runtime: Runtime,
+    runtime: Engine,
     run_id: str,
     at: int,
     agent: Callable[..., Any] | str | None = None,
@@ -94,7 +86,7 @@ def fork_run(
     )
     runtime._record_policy(policy)
     ctx = RunContext(
-        runtime,
+        runtime.environment,
         run_id=child,
         input=parent.input,
         seed=seed,
@@ -125,7 +117,7 @@ def fork_run(
 
 
 def prefix_divergence(
-    runtime: Runtime, parent: RunRecord, func: Callable[..., Any], at: int
+    runtime: Engine, parent: RunRecord, func: Callable[..., Any], at: int
 ) -> dict[str, Any] | None:
     """The divergence report of ``func`` replayed against ``parent`` when it contradicts a
     recorded step before ``at``; None when the prefix is reproduced. Writes nothing."""
@@ -152,66 +144,3 @@ def _refusal(divergence: Mapping[str, Any], parent: str, at: int, child: str | N
     if child is not None:
         report["child"] = child
     return report
-
-
-def child_recording(runtime: Runtime, child: RunRecord) -> tuple[RunRecord, ParentPrefix]:
-    """The recording a fork child resumes from: the parent's steps before the fork point
-    (what the fork reused), the child's own from the fork point on, and what the child's
-    journal already holds of the prefix. Raises :class:`ForkPrefixError` when a copy there
-    differs from the parent's step or the parent cannot be read."""
-    origin = child.parent or {}
-    parent_id, at = origin.get("run"), origin.get("step")
-    if not isinstance(parent_id, str) or isinstance(at, bool) or not isinstance(at, int):
-        raise ForkPrefixError(_prefix_report(child.run_id, None, f"its start names no valid parent: {origin!r}"))
-    try:
-        parent = load_run(runtime.store, parent_id)
-    except StoreError as exc:
-        raise ForkPrefixError(_prefix_report(child.run_id, None, f"parent {parent_id} cannot be read: {exc}")) from None
-    for step in sorted(step for step in child.effects if step < at):
-        problem = _copy_problem(child.effects[step], parent.effects.get(step), parent_id, step)
-        if problem is not None:
-            raise ForkPrefixError(_prefix_report(child.run_id, step, problem))
-    stray = sorted(step for step in child.pending if step < at)
-    if stray:
-        raise ForkPrefixError(_prefix_report(child.run_id, stray[0], "an unfinished effect before the fork point"))
-    recording = dataclasses.replace(
-        child,
-        effects=_split(parent.effects, child.effects, at),
-        pending=_split(parent.pending, child.pending, at),
-        gather_orders=_split(parent.gather_orders, child.gather_orders, at),
-    )
-    copied = frozenset(step for step in child.effects if step < at)
-    return recording, ParentPrefix(parent_id, at, copied)
-
-
-def _split(before: Mapping[int, Any], after: Mapping[int, Any], at: int) -> dict[int, Any]:
-    merged = {step: value for step, value in before.items() if step < at}
-    merged.update((step, value) for step, value in after.items() if step >= at)
-    return merged
-
-
-def _copy_problem(copy: Mapping[str, Any], original: Mapping[str, Any] | None, parent: str, step: int) -> str | None:
-    if original is None:
-        return f"the parent {parent} has no result at that step"
-    if copy.get("reused_from") != {"run": parent, "step": step}:
-        return f"the child's entry is not a copy of step {step} of {parent} (reused_from {copy.get('reused_from')!r})"
-    try:
-        same = _comparable(copy) == _comparable(original)
-    except CanonicalError:
-        same = False
-    return None if same else f"the copy differs from step {step} of the parent {parent}"
-
-
-def _comparable(doc: Mapping[str, Any]) -> bytes:
-    # Absent and null members mean the same in an effect document.
-    return dumps({key: value for key, value in doc.items() if value is not None and key != "reused_from"})
-
-
-def _prefix_report(child: str, step: int | None, problem: str) -> dict[str, Any]:
-    where = f" at step {step}" if step is not None else ""
-    return {
-        "message": f"fork child {child} cannot be resumed from its parent{where}: {problem}",
-        "step": step,
-        "kind": "invalid_fork_prefix",
-        "child": child,
-    }

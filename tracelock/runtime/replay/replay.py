@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracelock.core.jsondiff import diff
-from tracelock.runtime.context import RunContext
+from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.records import RunRecord, load_run
 
 if TYPE_CHECKING:
-    from tracelock.runtime.runtime import Runtime
+    from tracelock.runtime.runs.engine import Engine
 
 __all__ = ["ReplayReport", "replay_run"]
 
@@ -44,21 +44,21 @@ class ReplayReport:
 
 
 def replay_run(
-    runtime: Runtime, run_id: str, agent: Callable[..., Any] | str | None = None
+    runtime: Engine, run_id: str, agent: Callable[..., Any] | str | None = None
 ) -> ReplayReport:
     record = load_run(runtime.store, run_id)
     return replay_record(runtime, record, agent)
 
 
 def replay_record(
-    runtime: Runtime, record: RunRecord, agent: Callable[..., Any] | str | None = None
+    runtime: Engine, record: RunRecord, agent: Callable[..., Any] | str | None = None
 ) -> ReplayReport:
     func, _ = runtime.agent_for(record, agent)
     name = record.agent  # the agent's identity is the recorded one; its code is what is tested
     recorded_end = record.end or {}
     recorded_fp = recorded_end.get("fingerprint")
     ctx = RunContext(
-        runtime,
+        runtime.environment,
         run_id=record.run_id,
         input=record.input,
         seed=str(record.start.get("seed")),

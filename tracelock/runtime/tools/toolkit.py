@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tracelock.runtime.errors import AgentDefinitionError
-from tracelock.runtime.tools import (
+from tracelock.runtime.tools.tools import (
     RetryPolicy,
     SideEffect,
     Tool,

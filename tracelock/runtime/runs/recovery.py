@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tracelock.runtime.context import OPERATOR_RESOLVED_FAILURE
 from tracelock.runtime.errors import AgentDefinitionError, DivergenceError, RunStateError
-from tracelock.runtime.lifecycle import TERMINAL_STATES, check_transition
+from tracelock.runtime.pipeline.codes import OPERATOR_RESOLVED_FAILURE
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
+from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 
 if TYPE_CHECKING:
-    from tracelock.runtime.runtime import Runtime
+    from tracelock.runtime.runs.engine import Engine
 
 __all__ = ["RecoveryReport", "recover_runs", "resolve_step", "abort_run", "resumable"]
 
@@ -58,7 +58,7 @@ def resumable(record: RunRecord) -> bool:
 
 
 def recover_runs(
-    runtime: Runtime,
+    runtime: Engine,
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> RecoveryReport:
@@ -74,7 +74,7 @@ def recover_runs(
 
 
 def _recover_each(
-    runtime: Runtime,
+    runtime: Engine,
     unfinished: list[Any],
     report: RecoveryReport,
     progress: Callable[[int, int], None] | None,
@@ -102,7 +102,7 @@ def _recover_each(
 
 
 def resolve_step(
-    runtime: Runtime,
+    runtime: Engine,
     run_id: str,
     step: int,
     *,
@@ -154,7 +154,7 @@ def resolve_step(
     journal.operator_result(doc)
 
 
-def abort_run(runtime: Runtime, run_id: str, *, by: str, reason: str) -> None:
+def abort_run(runtime: Engine, run_id: str, *, by: str, reason: str) -> None:
     """End an unfinished run as ``aborted``; nothing of it runs again."""
     record = load_run(runtime.store, run_id)
     check_transition(record.status, "aborted")

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tracelock.runtime.errors import AgentDefinitionError
-from tracelock.runtime.lifecycle import TERMINAL_STATES
 from tracelock.runtime.records import load_run
-from tracelock.runtime.replay import replay_record
+from tracelock.runtime.replay.replay import replay_record
+from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
 
 if TYPE_CHECKING:
-    from tracelock.runtime.runtime import Runtime
+    from tracelock.runtime.runs.engine import Engine
 
 __all__ = ["GateReport", "replay_all"]
 
@@ -44,7 +44,7 @@ class GateReport:
 
 
 def replay_all(
-    runtime: Runtime,
+    runtime: Engine,
     *,
     since_ms: int | None = None,
     agent: Callable[..., Any] | str | None = None,

@@ -1,0 +1,176 @@
+"""A throwaway PostgreSQL cluster for the tests: ``initdb`` in a temporary directory, the
+server on a Unix socket there (no TCP), ``fsync`` on, stopped and removed at the end.
+
+One cluster per pytest process (each xdist worker has its own), one fresh database per
+test. As root (CI), ``initdb`` and ``pg_ctl`` run as the ``postgres`` system user, which
+owns the directory. When the server cannot start, the tests that need it fail with the
+reason: they never skip.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+SUPERUSER = "tracelock"
+#: A role that must log in with its password (scram), for the tests of failed logins.
+PASSWORD_ROLE = "tl_secret_role"
+PASSWORD = "s3cret-Pa55word!"
+#: A role without the right to create tables in the test databases.
+LIMITED_ROLE = "tl_limited"
+
+
+class ServerError(Exception):
+    pass
+
+
+def find_bindir() -> Path:
+    """The directory with ``initdb`` and ``pg_ctl``: ``pg_config --bindir``, else Debian's
+    versioned directories (newest first)."""
+    candidates: list[Path] = []
+    if shutil.which("pg_config"):
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            candidates.append(Path(out.stdout.strip()))
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0, reverse=True)
+    candidates += [Path(p) for p in found]
+    for directory in candidates:
+        if (directory / "initdb").is_file() and (directory / "pg_ctl").is_file():
+            return directory
+    raise ServerError(
+        "PostgreSQL's initdb and pg_ctl were not found (pg_config --bindir, /usr/lib/postgresql/*/bin): "
+        "install Debian's postgresql package (`make test` does)"
+    )
+
+
+@dataclass
+class Cluster:
+    base: Path
+    bindir: Path
+    prefix: list[str]
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.base / "sock"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base / "data"
+
+    def url(self, database: str, user: str = SUPERUSER, password: str | None = None) -> str:
+        auth = user if password is None else f"{user}:{quote(password, safe='')}"
+        return f"postgresql://{auth}@/{database}?host={self.socket_dir}"
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.prefix, *args], capture_output=True, text=True, check=False)
+
+    def stop(self) -> None:
+        # Immediate: the cluster is deleted next, so its shutdown checkpoint would be wasted.
+        self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+
+
+def start_cluster() -> Cluster:
+    bindir = find_bindir()
+    base = Path(tempfile.mkdtemp(prefix="tlpg-"))  # short: a socket path has ~100 bytes at most
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        try:
+            account = pwd.getpwnam("postgres")
+        except KeyError:
+            raise ServerError("running as root, and there is no postgres system user to run the server") from None
+        os.chown(base, account.pw_uid, account.pw_gid)
+        prefix = ["runuser", "-u", "postgres", "--"]
+    cluster = Cluster(base, bindir, prefix)
+    cluster.run("mkdir", str(cluster.socket_dir))
+    init = cluster.run(
+        str(bindir / "initdb"), "-D", str(cluster.data_dir), "-U", SUPERUSER, "-E", "UTF8",
+        "--locale=C", "--auth-local=trust", "--auth-host=reject",
+    )
+    if init.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        raise ServerError(f"initdb failed ({init.returncode}): {init.stderr.strip() or init.stdout.strip()}")
+    hba = cluster.data_dir / "pg_hba.conf"
+    # The password role logs in with its password, everyone else by trust on the socket.
+    rules = f"local all {PASSWORD_ROLE} scram-sha-256\n" + hba.read_text()
+    hba.write_text(rules)
+    options = " ".join(
+        [
+            "-c listen_addresses=''",
+            f"-c unix_socket_directories={cluster.socket_dir}",
+            "-c fsync=on",
+            "-c synchronous_commit=on",
+            "-c full_page_writes=on",
+            "-c shared_buffers=16MB",
+            "-c max_connections=60",
+        ]
+    )
+    log = cluster.base / "server.log"
+    cluster.run("touch", str(log))
+    started = cluster.run(str(bindir / "pg_ctl"), "-D", str(cluster.data_dir), "-o", options, "-l", str(log), "-w", "-t", "60", "start")
+    if started.returncode != 0:
+        text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        shutil.rmtree(base, ignore_errors=True)
+        raise ServerError(f"pg_ctl start failed ({started.returncode}): {started.stderr.strip()} {text}")
+    try:
+        admin(cluster, f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{PASSWORD}'", f"CREATE ROLE {LIMITED_ROLE} LOGIN")
+    except BaseException:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return cluster
+
+
+def admin(cluster: Cluster, *statements: str, database: str = "postgres") -> None:
+    import psycopg
+
+    with psycopg.connect(cluster.url(database), autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement.encode())
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    cluster.stop()
+    shutil.rmtree(cluster.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"the PostgreSQL tests need psycopg and psycopg_pool (`make test` installs them): {exc}")
+    try:
+        cluster = start_cluster()
+    except ServerError as exc:
+        pytest.fail(f"cannot start a PostgreSQL server for the tests: {exc}")
+    yield cluster
+    stop_cluster(cluster)
+
+
+_numbers = itertools.count()
+
+
+@pytest.fixture
+def pg_database(pg_cluster: Cluster) -> str:
+    """The name of a fresh, empty database of the test cluster."""
+    name = f"t{os.getpid()}_{next(_numbers)}"
+    admin(pg_cluster, f"CREATE DATABASE {name}")
+    return name
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster, pg_database: str) -> str:
+    """A connection string to a fresh database (the superuser, over the socket)."""
+    return pg_cluster.url(pg_database)

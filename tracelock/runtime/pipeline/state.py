@@ -1,0 +1,136 @@
+"""What one run's pipeline holds: its environment, its recording and what it has done."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tracelock.runtime.policy.policy import Policy
+from tracelock.runtime.policy.sandbox import Sandbox
+from tracelock.runtime.records import RunJournal, RunRecord
+from tracelock.runtime.tools.toolkit import Toolkit
+from tracelock.runtime.tools.tools import Tool
+
+__all__ = ["Environment", "ParentPrefix", "RunState"]
+
+
+class Environment:
+    """What the pipeline needs from the runtime that runs it. The runtime builds one; a test
+    or another host can build its own. ``clock_ms`` and ``sleep`` are the injected clock and
+    sleeper, ``invoke(tool, kwargs)`` runs a tool's function under its timeout, gathers run
+    on ``gather_pool``, and ``sandbox`` (or None) is the sandboxed filesystem whose state is
+    recorded around every ``fs`` and proposal step."""
+
+    __slots__ = ("clock_ms", "gather_pool", "invoke", "sandbox", "sleep", "toolkit", "tools")
+
+    def __init__(
+        self,
+        *,
+        toolkit: Toolkit,
+        clock_ms: Callable[[], int],
+        sleep: Callable[[float], None],
+        invoke: Callable[[Tool, dict[str, Any]], Any],
+        gather_pool: concurrent.futures.Executor,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        self.toolkit = toolkit
+        self.tools: dict[str, Tool] = toolkit.tools
+        self.clock_ms = clock_ms
+        self.sleep = sleep
+        self.invoke = invoke
+        self.gather_pool = gather_pool
+        self.sandbox = sandbox
+
+
+@dataclass(frozen=True)
+class ParentPrefix:
+    """A fork child's steps before its fork point (``before``): answered from the parent's
+    record (``run``), and copied into the child's journal, marked with their origin, unless
+    the child's journal already holds the copy (``copied``: a resumed child)."""
+
+    run: str
+    before: int
+    copied: frozenset[int] = frozenset()
+
+
+class RunState:
+    """One run's pipeline state. The mode is given by what it is built with: no recording
+    records; a recording with a journal resumes (``prefix``: a fork child's parent steps);
+    ``replay_only`` replays (writes nothing); ``fork_before`` answers only the steps before
+    the fork point from the recording."""
+
+    __slots__ = (
+        "cost_micro_usd",
+        "divergence",
+        "effect_count",
+        "effects",
+        "env",
+        "fork_before",
+        "hashes",
+        "journal",
+        "llm_calls",
+        "lock",
+        "next_step",
+        "patches",
+        "policy",
+        "prefix",
+        "recording",
+        "replay_only",
+        "reused",
+        "routing",
+        "run_id",
+        "seed",
+        "start_ms",
+        "tokens",
+    )
+
+    def __init__(
+        self,
+        env: Environment,
+        *,
+        run_id: str,
+        seed: str,
+        policy: Policy,
+        journal: RunJournal | None,
+        recording: RunRecord | None = None,
+        replay_only: bool = False,
+        fork_before: int | None = None,
+        prefix: ParentPrefix | None = None,
+        start_ms: int = 0,
+    ) -> None:
+        self.env = env
+        self.run_id = run_id
+        self.policy = policy
+        self.seed = bytes.fromhex(seed)
+        self.journal = journal
+        self.recording = recording
+        self.replay_only = replay_only
+        self.fork_before = fork_before
+        if prefix is None and fork_before is not None and recording is not None:
+            prefix = ParentPrefix(recording.run_id, fork_before)
+        self.prefix = prefix
+        self.start_ms = start_ms
+        self.next_step = 0
+        self.lock = threading.Lock()
+        # Usage counted for the policy's budgets.
+        self.llm_calls = 0
+        self.tokens = 0
+        self.cost_micro_usd = 0
+        self.effect_count = 0
+        #: The effect document of every step answered so far (the step's outcome).
+        self.effects: dict[int, dict[str, Any]] = {}
+        self.routing: list[dict[str, Any]] = []
+        self.reused: list[int] = []
+        #: H(args), H(result) (or None: computed from the effect) by step, for the fingerprint.
+        self.hashes: dict[int, tuple[str, str | None]] = {}
+        self.patches: set[str] = set()
+        #: The first divergence from the recording: the run's verdict once set.
+        self.divergence: dict[str, Any] | None = None
+
+    def is_usable(self, step: int) -> bool:
+        """Whether the recording answers ``step`` (a fork reuses only the steps before its
+        fork point)."""
+        return self.recording is not None and (self.fork_before is None or step < self.fork_before)

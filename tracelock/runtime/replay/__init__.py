@@ -1,0 +1,1 @@
+"""Answering for recorded runs: replay, the replay gate, forks, drift and run comparison."""

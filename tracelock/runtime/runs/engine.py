@@ -1,0 +1,670 @@
+"""The engine: starts, drives and resumes runs; each run's agent reaches the world through
+its context, whose pipeline journals every step. :class:`tracelock.Runtime` adds replay and
+recovery on top."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import importlib
+import inspect
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+import orjson
+
+from tracelock.core.canonical import CanonicalError, dumps, loads
+from tracelock.core.entry import ADMIN_RUN, valid_run_id
+from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
+from tracelock.runtime.doors.context import AsyncRunContext, RunContext
+from tracelock.runtime.doors.files import sandbox_tools
+from tracelock.runtime.doors.routing import IntentRouter, candidates_for
+from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent
+from tracelock.runtime.errors import (
+    AgentDefinitionError,
+    DivergenceError,
+    RunStateError,
+    StepError,
+    Suspend,
+)
+from tracelock.runtime.outcomes import Outcome, register_code
+from tracelock.runtime.pipeline.state import Environment
+from tracelock.runtime.policy.policy import Policy
+from tracelock.runtime.policy.sandbox import Sandbox
+from tracelock.runtime.records import RunJournal, RunRecord, load_run
+from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
+from tracelock.runtime.runs.prefix import child_recording
+from tracelock.runtime.strict import guard as strict_mode
+from tracelock.runtime.strict.guard import NondeterminismError
+from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
+from tracelock.runtime.tools.tools import Tool
+from tracelock.storage.backend import Store
+from tracelock.storage.defaults import wall_clock_ms
+from tracelock.storage.errors import RunNotFoundError
+from tracelock.storage.open import open_store
+
+__all__ = ["Engine", "RunResult", "AsyncRunContext", "resolve_agent_path", "result_from_record"]
+
+AGENT_RAISED = register_code("AGENT_RAISED", Outcome.EXECUTION_ERROR, "the agent raised an exception that was not a step failure")
+OUTPUT_NOT_JSON = register_code("OUTPUT_NOT_JSON", Outcome.EXECUTION_ERROR, "the agent returned a value that is not canonical JSON")
+
+NONDETERMINISM = register_code(
+    "NONDETERMINISM_DETECTED",
+    Outcome.EXECUTION_ERROR,
+    "strict mode: agent code reached for nondeterminism outside the ctx doors",
+)
+
+POLICY_KIND = "policy.register"
+
+#: Strict mode for runtimes that do not say (the test suite turns it on).
+STRICT_BY_DEFAULT = False
+
+
+@dataclass
+class RunResult:
+    """What a run came to. ``status`` is the lifecycle state; ``outcome`` is set once the
+    run has ended (``SUCCESS`` or the failing step's outcome)."""
+
+    run_id: str
+    status: str
+    outcome: str | None
+    code: str | None
+    output: Any
+    fingerprint: str | None
+    error: str | None = None
+    waiting_step: int | None = None
+    parent: dict[str, Any] | None = None
+    effects: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "SUCCESS"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "outcome": self.outcome,
+            "code": self.code,
+            "output": self.output,
+            "fingerprint": self.fingerprint,
+            "error": self.error,
+            "waiting_step": self.waiting_step,
+            "parent": self.parent,
+        }
+
+
+def _default_ids() -> str:
+    return "run-" + os.urandom(10).hex()  # tracelock: allow TL-RAND-004 -- run ids are names, excluded from every determinism hash
+
+
+def _real_sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+class Engine:
+    """Runs agents deterministically against a store and a policy (the part of
+    :class:`tracelock.Runtime` that replay, forks and recovery build on).
+
+    ``store`` is a store or a path (default ``./.tracelock``); ``policy`` a :class:`Policy`,
+    a path to a policy file, a mapping, or None for the empty policy (which denies every
+    tool and LLM call). ``clock`` (ms), ``sleep`` and ``ids`` are injected; their defaults
+    read the real world.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str] | None = None,
+        policy: Policy | str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        llm: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        sandbox: str | os.PathLike[str] | None = None,
+        toolkits: tuple[Toolkit, ...] = (),
+        clock: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] | None = None,
+        ids: Callable[[], str] | None = None,
+        durability: str = "auto",
+        max_workers: int = 16,
+        strict: bool | None = None,
+        checkpointer: Callable[[Store], object] | None = None,
+    ) -> None:
+        if durability not in ("auto", "strict"):
+            raise ValueError("durability is 'auto' or 'strict'")
+        self._owns_store = not isinstance(store, Store)
+        self.store: Store = (
+            store if isinstance(store, Store) else open_store(store if store is not None else ".tracelock")
+        )
+        self.policy = _load_policy(policy)
+        self.toolkit = Toolkit(llm=llm)
+        for toolkit in toolkits:
+            self.toolkit.merge(toolkit)
+        self._clock_ms = clock or wall_clock_ms
+        self._sleep = sleep or _real_sleep
+        self._ids = ids or _default_ids
+        # An injected id source may repeat itself; the default one cannot, in practice.
+        self._check_generated_ids = ids is not None
+        self.strict_durability = durability == "strict"
+        self._tool_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-tool")
+        self._gather_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-gather")
+        self._policies_recorded: set[str] = set()
+        #: Called with the store once a run's run.end is durable (e.g. an evidence
+        #: ``Checkpointer`` that signs a checkpoint covering the run).
+        self.checkpointer = checkpointer
+        #: Strict mode: nondeterminism reached outside the ctx doors raises in agent code.
+        self.strict = STRICT_BY_DEFAULT if strict is None else strict
+        if self.strict:
+            strict_mode.install()
+        self._batch = False
+        self.sandbox: Sandbox | None = None
+        if sandbox is not None:
+            Path(sandbox).mkdir(parents=True, exist_ok=True)
+            self.sandbox = Sandbox(Path(sandbox), self.policy.sandbox_limits())
+            self._register_sandbox(self.sandbox)
+        #: What every run's pipeline reads from this runtime.
+        self.environment = Environment(
+            toolkit=self.toolkit,
+            clock_ms=self._clock_ms,
+            sleep=self._sleep,
+            invoke=self._invoke,
+            gather_pool=self._gather_pool,
+            sandbox=self.sandbox,
+        )
+
+    # -- registration ------------------------------------------------------------------
+    @property
+    def tools(self) -> dict[str, Tool]:
+        return self.toolkit.tools
+
+    @property
+    def llm_provider(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        return self.toolkit.llm
+
+    def tool(self, *args: Any, **kwargs: Any) -> Any:
+        """Register a tool on this runtime (see :meth:`Toolkit.tool`)."""
+        return self.toolkit.tool(*args, **kwargs)
+
+    def agent(self, *args: Any, **kwargs: Any) -> Any:
+        """Register an agent on this runtime (see :meth:`Toolkit.agent`)."""
+        return self.toolkit.agent(*args, **kwargs)
+
+    def use(self, toolkit: Toolkit) -> None:
+        self.toolkit.merge(toolkit)
+
+    def _register_sandbox(self, sandbox: Sandbox) -> None:
+        for tool in sandbox_tools(sandbox):
+            self.toolkit.add(tool)
+
+    # -- running -----------------------------------------------------------------------
+    def run(
+        self,
+        agent: Callable[..., Any] | str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        seed: str | None = None,
+        idempotency_key: str | None = None,
+        _annotations: dict[str, Any] | None = None,
+    ) -> RunResult:
+        """Run ``agent(ctx, input)`` as a new recorded run.
+
+        With ``idempotency_key``, submitting the same key again never starts a second run:
+        it returns the result of the run the key started (if it ended) or continues it (if
+        it is unfinished). The run id is derived from the agent and the key.
+        """
+        func, name = self._resolve_agent(agent)
+        try:
+            input_hash = hashlib.sha256(dumps(input)).hexdigest()
+        except CanonicalError as exc:
+            raise AgentDefinitionError(f"the run input is not canonical JSON: {exc.message}") from None
+        if idempotency_key is not None:
+            derived = "idem-" + value_hash({"agent": name, "key": idempotency_key})[:40]
+            if run_id is not None and run_id != derived:
+                raise AgentDefinitionError("give run_id or idempotency_key, not both")
+            existing = self._existing(derived)
+            if existing is not None:
+                if dumps(existing.input) != dumps(input):
+                    raise RunStateError(
+                        f"idempotency key {idempotency_key!r} was used for run {derived} with a different input"
+                    )
+                if existing.status in TERMINAL_STATES:
+                    return result_from_record(existing)
+                return self.resume(derived, func)
+            run_id = derived
+        elif run_id is not None and self._existing(run_id) is not None:
+            raise AgentDefinitionError(f"run {run_id!r} already exists; use resume() to continue it")
+        checked = False
+        if run_id is None:
+            run_id = self._ids()
+            if self._check_generated_ids and self._existing(run_id) is not None:
+                raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
+            # The default source writes "run-" and hex digits: a valid id, never the admin run.
+            checked = self._ids is _default_ids
+        if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
+            raise AgentDefinitionError(f"invalid run id {run_id!r}")
+        seed = seed or value_hash({"agent": name, "input": input_hash})
+        self._record_policy()
+        journal = RunJournal(self.store, run_id, strict=self.strict_durability)
+        start = journal.start(
+            {
+                "agent": name,
+                "entry": f"{func.__module__}:{func.__qualname__}",
+                "input": input,
+                "policy": self.policy.hash,
+                "seed": seed,
+                "parent": None,
+            }
+            | ({"annotations": _annotations} if _annotations else {}),
+            agent=name,
+            parent=None,
+        )
+        ctx = RunContext(
+            self.environment, run_id=run_id, input=input, seed=seed, policy=self.policy, journal=journal,
+            start_ms=start.ts, annotations=_annotations,
+        )
+        return self._drive(ctx, func, name, input, journal, status="running", input_hash=input_hash)
+
+    def send_intent(self, intent: str, payload: Any = None, *, run_id: str | None = None) -> RunResult:
+        """Route ``payload`` to the agents that handle ``intent`` (priority, then version,
+        then name), falling back in that order on failure; every decision is recorded."""
+        router = IntentRouter(intent, candidates_for(self.toolkit.agents, intent))
+        return self.run(router, payload, run_id=run_id)
+
+    def run_workflow(self, workflow: Workflow, input: Any = None, *, run_id: str | None = None) -> RunResult:
+        """Run a declared DAG of steps in topological order (ties broken by step name)."""
+        return self.run(WorkflowAgent(workflow), input, run_id=run_id)
+
+    def step(self, proposal: Any, *, run_id: str | None = None) -> RunResult:
+        """Take one LLM action proposal through the seven phases, as a one-step run.
+
+        The proposal (a dict, or JSON text or bytes) is the run's input. One that is not
+        even JSON still gets its recorded VALIDATION_ERROR: the run's input then records only
+        its type, and the proposal itself goes to the PARSE phase, which rejects it.
+        """
+        if isinstance(proposal, bytes):
+            with contextlib.suppress(UnicodeDecodeError):
+                proposal = proposal.decode("utf-8")
+        if isinstance(proposal, str):
+            with contextlib.suppress(CanonicalError):
+                proposal = loads(proposal)  # text that is not JSON fails in PARSE, recorded
+        try:
+            dumps(proposal)
+        except CanonicalError:
+            unparsable = proposal
+
+            def submit_unparsable(ctx: RunContext, input: Any) -> Any:
+                return ctx.submit(unparsable)
+
+            submit_unparsable.__tracelock_agent__ = AgentSpec("tracelock:step", submit_unparsable)  # type: ignore[attr-defined]
+            return self.run(submit_unparsable, {"unserializable": type(proposal).__name__}, run_id=run_id)
+        # The reasoning is kept out of the run's input, so that it cannot reach the
+        # fingerprint; it is recorded with the run (and with the step) for audit.
+        annotations = None
+        if isinstance(proposal, dict) and "reasoning" in proposal:
+            annotations = {"reasoning": proposal["reasoning"]}
+            proposal = {key: value for key, value in proposal.items() if key != "reasoning"}
+        return self.run(_proposal_agent, {"proposal": proposal}, run_id=run_id, _annotations=annotations)
+
+    def _drive(
+        self,
+        ctx: RunContext,
+        func: Callable[..., Any],
+        name: str,
+        input: Any,
+        journal: RunJournal | None,
+        *,
+        status: str,
+        routing: list[dict[str, Any]] | None = None,
+        input_hash: str | None = None,
+    ) -> RunResult:
+        """Run the agent to its end or suspension. ``input_hash`` is ``H(input)`` when the
+        caller has it already."""
+        outcome, code, output, error = "SUCCESS", None, None, None
+        output_hash = None
+        if self.strict:
+            strict_mode.install()  # guards modules imported since the last run
+        try:
+            output = _judged_call(func, ctx, input, strict=self.strict)
+            try:
+                canonical = dumps(output)
+                # The caller gets the JSON form, exactly what retrieve() will return later.
+                # Canonical JSON is idempotent: these bytes are also those of that form.
+                output = orjson.loads(canonical)
+                output_hash = hashlib.sha256(canonical).hexdigest()
+            except CanonicalError as exc:
+                outcome, code, error, output = "EXECUTION_ERROR", OUTPUT_NOT_JSON.code, exc.message, None
+        except Suspend as suspend:
+            if journal is not None:
+                check_transition(status, suspend.status)
+                journal.state(suspend.status, {"step": suspend.step, "reason": suspend.reason})
+            return RunResult(
+                run_id=ctx.run_id,
+                status=suspend.status,
+                outcome=None,
+                code=None,
+                output=None,
+                fingerprint=None,
+                error=suspend.reason,
+                waiting_step=suspend.step,
+                effects=[ctx.effects[s] for s in sorted(ctx.effects)],
+            )
+        except StepError as exc:
+            outcome, code, error = exc.outcome.value, exc.step_code, exc.message
+        except NondeterminismError as exc:
+            outcome, code, error = "EXECUTION_ERROR", NONDETERMINISM.code, exc.message
+        except DivergenceError:
+            raise
+        except Exception as exc:
+            outcome, code, error = "EXECUTION_ERROR", AGENT_RAISED.code, f"{type(exc).__name__}: {exc}"
+        effects = [ctx.effects[s] for s in sorted(ctx.effects)]
+        projection = run_projection(
+            agent=name,
+            input=input,
+            policy_hash=ctx.policy.hash,
+            effects=effects,
+            routing=routing if routing is not None else ctx.routing,
+            output=output,
+            outcome=outcome,
+            code=code,
+            hashes=ctx.hashes,
+            input_hash=input_hash,
+            output_hash=output_hash,
+        )
+        digest = fingerprint(projection)
+        final = "completed" if outcome == "SUCCESS" else "failed"
+        if journal is not None:
+            check_transition(status, final)
+            journal.end(
+                final,
+                {"outcome": outcome, "code": code, "output": output, "fingerprint": digest, "error": error},
+            )
+            if self.checkpointer is not None:
+                self.checkpointer(self.store)
+        return RunResult(
+            run_id=ctx.run_id,
+            status=final,
+            outcome=outcome,
+            code=code,
+            output=output,
+            fingerprint=digest,
+            error=error,
+            effects=effects,
+        )
+
+    def _existing(self, run_id: str) -> RunRecord | None:
+        try:
+            return load_run(self.store, run_id)
+        except RunNotFoundError:
+            return None
+
+    def _record_policy(self, policy: Policy | None = None) -> None:
+        """Keep a policy document in the store once (its hash is in every run)."""
+        policy = policy or self.policy
+        if policy.hash in self._policies_recorded:
+            return
+        if self.store.payload_state(policy.hash) == "missing":
+            self.store.append(ADMIN_RUN, POLICY_KIND, payload=policy.document, durable=False)
+        self._policies_recorded.add(policy.hash)
+
+    def agent_for(self, record: RunRecord, agent: Callable[..., Any] | str | None = None) -> tuple[Callable[..., Any], str]:
+        """The code to resume or replay a recorded run with."""
+        if agent is not None:
+            return self._resolve_agent(agent)
+        if record.agent.startswith("intent:"):
+            intent = record.agent.split(":", 1)[1]
+            router = IntentRouter(intent, candidates_for(self.toolkit.agents, intent))
+            return router, record.agent
+        if record.agent in self.toolkit.agents:
+            return self._resolve_agent(record.agent)
+        return self._resolve_agent(record.entry)
+
+    def _resolve_agent(self, agent: Callable[..., Any] | str) -> tuple[Callable[..., Any], str]:
+        if callable(agent):
+            return agent, agent_name(agent)
+        spec = self.toolkit.agents.get(agent)
+        if spec is not None:
+            return spec.func, spec.name
+        func = resolve_agent_path(agent)
+        return func, agent_name(func)
+
+    def _invoke(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+        """Run a tool's function, under its timeout when it has one."""
+        if tool.timeout_s is None and not tool.is_async:
+            return tool.func(**kwargs)  # the common case: in this thread, nothing to wrap
+        if tool.is_async:
+
+            def call() -> Any:
+                return asyncio.run(tool.func(**kwargs))
+
+        else:
+
+            def call() -> Any:
+                return tool.func(**kwargs)
+
+        if tool.timeout_s is None:
+            # asyncio.run cannot nest in a running event loop (an async agent's): use a
+            # worker thread, as a tool with a timeout does.
+            return self._tool_pool.submit(call).result()
+        future = self._tool_pool.submit(call)
+        try:
+            return future.result(timeout=tool.timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(tool.name) from None
+
+    # -- answering for runs --------------------------------------------------------------
+    def retrieve(self, run_id: str) -> RunResult:
+        """The stored response of a run, from the journal alone: no agent code, no model."""
+        record = load_run(self.store, run_id)
+        return result_from_record(record)
+
+    def approve(self, run_id: str, step: int, *, by: str, reason: str = "") -> None:
+        """Record a human's approval of the step a run waits on."""
+        self._decide(run_id, step, "approved", by, reason)
+
+    def reject(self, run_id: str, step: int, *, by: str, reason: str = "") -> None:
+        """Record a human's rejection of the step a run waits on."""
+        self._decide(run_id, step, "rejected", by, reason)
+
+    def _decide(self, run_id: str, step: int, decision: str, by: str, reason: str) -> None:
+        record = load_run(self.store, run_id)
+        if record.status != "awaiting_approval" or record.waiting_step != step:
+            raise RunStateError(
+                f"run {run_id} is {record.status}"
+                + (f" (waiting on step {record.waiting_step})" if record.waiting_step is not None else "")
+                + f"; it does not wait for approval of step {step}"
+            )
+        if step in record.approvals:
+            raise RunStateError(
+                f"step {step} of run {run_id} was already {record.approvals[step].get('decision')} "
+                f"by {record.approvals[step].get('by')}; a decision is final"
+            )
+        if not by:
+            raise RunStateError("an approval must name who decided (by=...)")
+        RunJournal(self.store, run_id).approval(
+            {"step": step, "decision": decision, "by": by, "reason": reason}
+        )
+
+    def resume(
+        self,
+        run_id: str,
+        agent: Callable[..., Any] | str | None = None,
+        *,
+        record: RunRecord | None = None,
+    ) -> RunResult:
+        """Continue an unfinished run from its journal: recorded steps are answered from
+        it, the rest runs live and is appended to the same run. ``record`` is the run's
+        record when the caller has just loaded it.
+
+        A fork child's steps before its fork point are answered from its parent's record
+        (see :func:`child_recording`). When the code diverges from the record, nothing more
+        runs: a run resumed from ``awaiting_approval`` or ``blocked`` is returned to that
+        state (journaled, with the divergence) and :class:`DivergenceError` is raised."""
+        record = record if record is not None and record.run_id == run_id else load_run(self.store, run_id)
+        if record.status in TERMINAL_STATES:
+            return result_from_record(record)
+        func, _ = self.agent_for(record, agent)
+        name = record.agent
+        recording, prefix = (record, None) if record.parent is None else child_recording(self.store, record)
+        journal = RunJournal(self.store, run_id, strict=self.strict_durability, batch=self._batch)
+        status = record.status
+        if status in ("awaiting_approval", "blocked"):
+            check_transition(status, "running")
+            journal.state("running", {"step": record.waiting_step, "reason": "resumed"})
+            status = "running"
+        ctx = RunContext(
+            self.environment,
+            run_id=run_id,
+            input=record.input,
+            seed=str(record.start.get("seed")),
+            journal=journal,
+            recording=recording,
+            prefix=prefix,
+            start_ms=record.entries[0].ts,
+            policy=self.policy_of(record),
+            annotations=record.annotations,
+        )
+        try:
+            result = self._drive(ctx, func, name, record.input, journal, status=status)
+        except DivergenceError as exc:
+            if status != record.status:
+                _return_to_waiting(journal, record, exc.report)
+            raise
+        if prefix is not None:
+            result.parent = {"run": prefix.run, "step": prefix.before, "reused_steps": sorted(ctx.reused)}
+        return result
+
+    def policy_of(self, record: RunRecord) -> Policy:
+        """The policy a run was recorded under (kept in the store by its hash)."""
+        wanted = record.policy_hash
+        if wanted is None or wanted == self.policy.hash:
+            return self.policy
+        if self.store.payload_state(wanted) != "present":
+            raise RunStateError(f"run {record.run_id} was recorded under policy {wanted}, which is not in the store")
+        policy = Policy.from_mapping(self.store.get_payload(wanted))
+        if policy.hash != wanted:
+            raise RunStateError(f"the stored policy {wanted} no longer hashes to its name")
+        return policy
+
+    def close(self) -> None:
+        self._tool_pool.shutdown(wait=False, cancel_futures=True)
+        self._gather_pool.shutdown(wait=False, cancel_futures=True)
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _proposal_agent(ctx: RunContext, input: Any) -> Any:
+    proposal = input["proposal"]
+    if isinstance(proposal, dict) and "reasoning" in ctx.annotations:
+        proposal = proposal | {"reasoning": ctx.annotations["reasoning"]}
+    return ctx.submit(proposal)
+
+
+_proposal_agent.__tracelock_agent__ = AgentSpec("tracelock:step", _proposal_agent)  # type: ignore[attr-defined]
+
+
+def _judged_call(func: Callable[..., Any], ctx: RunContext, input: Any, *, strict: bool) -> Any:
+    """Call the agent; once the context has detected a divergence, that first divergence is
+    the verdict, however the agent ended (returned, raised something else, suspended)."""
+    try:
+        output = _call_agent(func, ctx, input, strict=strict)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if ctx.divergence is not None:
+            raise DivergenceError(ctx.divergence) from None
+        raise
+    if ctx.divergence is not None:
+        raise DivergenceError(ctx.divergence)
+    return output
+
+
+def _call_agent(func: Callable[..., Any], ctx: RunContext, input: Any, *, strict: bool) -> Any:
+    if inspect.iscoroutinefunction(func):
+        if not strict:
+            return asyncio.run(func(AsyncRunContext(ctx), input))
+
+        async def guarded() -> Any:
+            # Only the agent's own task runs as agent code; the event loop's machinery
+            # (which reads the clock) runs in the caller's context.
+            with strict_mode.agent_code():
+                return await func(AsyncRunContext(ctx), input)
+
+        return asyncio.run(guarded())
+    if not strict:
+        return func(ctx, input)
+    with strict_mode.agent_code():
+        return func(ctx, input)
+
+
+def resolve_agent_path(path: str) -> Callable[..., Any]:
+    """Import ``module:qualname`` (or ``module.attr``) and return the callable."""
+    module_name, sep, qualname = path.partition(":")
+    if not sep:
+        module_name, _, qualname = path.rpartition(".")
+    if not module_name or not qualname:
+        raise AgentDefinitionError(f"agent {path!r} is not of the form module:function")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentDefinitionError(f"cannot import {module_name!r}: {exc}") from None
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise AgentDefinitionError(f"{module_name} has no attribute {qualname!r}")
+    if not callable(target):
+        raise AgentDefinitionError(f"{path} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _return_to_waiting(journal: RunJournal, record: RunRecord, divergence: dict[str, Any]) -> None:
+    """Put a resumed run that diverged back in the state it waited in, so that nothing runs
+    it live until its code reproduces the record again."""
+    check_transition("running", record.status)
+    message = str(divergence.get("message", "the code diverged from the record"))
+    try:
+        dumps(divergence)
+        kept = divergence
+    except CanonicalError:
+        kept = {key: divergence.get(key) for key in ("message", "step", "kind")}
+    journal.state(
+        record.status,
+        {"step": record.waiting_step, "reason": f"resume diverged: {message}", "divergence": kept},
+    )
+
+
+def result_from_record(record: RunRecord) -> RunResult:
+    end = record.end or {}
+    return RunResult(
+        run_id=record.run_id,
+        status=record.status,
+        outcome=end.get("outcome"),
+        code=end.get("code"),
+        output=end.get("output"),
+        fingerprint=end.get("fingerprint"),
+        error=end.get("error") if record.end else (record.states[-1].get("reason") if record.states else None),
+        waiting_step=record.waiting_step,
+        parent=record.parent,
+        effects=[record.effects[s] for s in sorted(record.effects)],
+    )
+
+
+def _load_policy(policy: Policy | str | os.PathLike[str] | Mapping[str, Any] | None) -> Policy:
+    if isinstance(policy, Policy):
+        return policy
+    if policy is None:
+        return Policy.from_mapping({"version": 1})
+    if isinstance(policy, Mapping):
+        return Policy.from_mapping(dict(policy))
+    return Policy.load(Path(policy))
