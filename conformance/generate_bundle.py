@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from fingerprint_cases import POLICY, FixedClock, agent, kit  # noqa: E402
+from fingerprint_cases import POLICY, FixedClock, agent, case_seed, kit  # noqa: E402
 
 from tracelock.evidence.bundle import archive_bytes, collect_bundle  # noqa: E402
 from tracelock.evidence.history import CheckpointHistory, SigningKey  # noqa: E402
@@ -58,7 +58,7 @@ def record(directory: Path) -> dict[str, bytes]:
     try:
         with Runtime(store, POLICY, toolkits=(kit,), clock=clock, ids=lambda: next(ids)) as runtime:
             for payload in RUNS.values():
-                runtime.run(agent, payload)
+                runtime.run(agent, payload, seed=case_seed(agent, payload))
         redact(
             store,
             REDACTION["run"],

@@ -2,10 +2,12 @@
 
 The public API is what this module exports; everything else is private by convention.
 ``tracelock.canonical`` (RFC 8785) and ``tracelock.merkle`` (RFC 9162 proofs) are public
-modules too.
+modules too, and so is ``tracelock.integrations.http`` (HTTP capture; ``capture_http`` here
+is its ``capture``).
 """
 
 from tracelock.errors import TracelockError
+from tracelock.integrations.http import capture as capture_http
 from tracelock.runtime.doors.context import RunContext, Task
 from tracelock.runtime.doors.workflow import Workflow, WorkflowStep
 from tracelock.runtime.errors import DivergenceError, StepError
@@ -33,6 +35,7 @@ __all__ = [
     "TracelockError",
     "Workflow",
     "WorkflowStep",
+    "capture_http",
     "open_store",
 ]
 __version__ = "0.1.0"

@@ -104,7 +104,7 @@ def test_replay_gate(workdir: dict[str, Any]) -> None:
 
 def test_fork_and_diff(workdir: dict[str, Any]) -> None:
     run = _run(workdir)
-    forked = invoke("fork", run, "--at", "1", "--store", workdir["store"], "--json")
+    forked = invoke("fork", run, "--at", "1", "--allow-irreversible", "--store", workdir["store"], "--json")
     assert forked.exit_code == 0, forked.output
     child = json.loads(forked.stdout)
     assert child["parent"]["run"] == run and child["parent"]["reused_steps"] == [0]
@@ -245,7 +245,7 @@ def test_diff_is_a_check_exit_1_when_the_runs_differ(workdir: dict[str, Any]) ->
     assert document["first_difference"]["component"] == "input"
     assert document["first_difference"]["diff"] == [{"path": "/input/key", "op": "changed", "recorded": "k", "requested": "other"}]
     text = invoke("diff", first, other, "--store", workdir["store"])
-    assert text.exit_code == 1 and "fingerprints DIFFER" in text.stdout and "/input/key: A 'k', B 'other'" in text.stdout
+    assert text.exit_code == 1 and "fingerprints DIFFER" in text.stdout and '/input/key: A "k", B "other"' in text.stdout
     assert invoke("diff", first, "no-such-run", "--store", workdir["store"]).exit_code == 2
 
 

@@ -75,12 +75,18 @@ def build(runtime: Runtime, switch: Switch) -> Any:
 REQUEST = {"question": "why?", "key": "k-1", "words": ["b", "a", "b"]}
 
 
-def record(tmp_path: Path, name: str, *, request: Any = REQUEST, policy: Any = POLICY, **kwargs: Any) -> tuple[RunResult, Runtime]:
+#: The seed is part of a run's configuration: runs compared here share it.
+SEED = "configured-seed"
+
+
+def record(
+    tmp_path: Path, name: str, *, request: Any = REQUEST, policy: Any = POLICY, seed: str | None = SEED, **kwargs: Any
+) -> tuple[RunResult, Runtime]:
     switch = Switch()
     runtime = runtime_at(tmp_path, policy, store=name, **kwargs)
     agent = build(runtime, switch)
     with runtime:
-        return runtime.run(agent, request), runtime
+        return runtime.run(agent, request, seed=seed), runtime
 
 
 def test_the_same_agent_and_input_give_the_same_fingerprint_in_fresh_stores(tmp_path: Path) -> None:
@@ -90,7 +96,7 @@ def test_the_same_agent_and_input_give_the_same_fingerprint_in_fresh_stores(tmp_
     assert one.run_id != two.run_id
     assert one.fingerprint == two.fingerprint
     assert one.fingerprint is not None and len(one.fingerprint) == 64
-    assert one.output == two.output  # random and uuid come from the input, not the world
+    assert one.output == two.output  # random and uuid come from the seed, not the world
     now_one = next(e for e in one.effects if e["kind"] == "clock.now")
     now_two = next(e for e in two.effects if e["kind"] == "clock.now")
     assert now_one["result"] != now_two["result"]  # now() is recorded as it was...
@@ -108,11 +114,12 @@ def test_the_same_agent_and_input_give_the_same_fingerprint_in_fresh_stores(tmp_
     assert fingerprint(projection) == one.fingerprint
 
 
-def test_random_and_uuid_are_seeded_from_the_input(tmp_path: Path) -> None:
+def test_random_and_uuid_come_from_the_seed(tmp_path: Path) -> None:
     one, _ = record(tmp_path, "one")
-    other, _ = record(tmp_path, "other", request={**REQUEST, "question": "how?"})
+    other, _ = record(tmp_path, "other", seed="another-seed")
     assert one.output["draw"] != other.output["draw"]
     assert one.output["id"] != other.output["id"]
+    assert one.fingerprint != other.fingerprint
 
 
 @pytest.mark.parametrize(
@@ -177,7 +184,7 @@ def agent(ctx, request):
     return {"counts": counts, "fact": fact, "listing": listing, "draw": ctx.random(), "id": str(ctx.uuid()), "now": 0 * ctx.now().year}
 
 with Runtime(sys.argv[1], POLICY, toolkits=(kit,), sandbox=sys.argv[2]) as runtime:
-    result = runtime.run(agent, {"text": "the quick brown fox jumps over the lazy dog the end"})
+    result = runtime.run(agent, {"text": "the quick brown fox jumps over the lazy dog the end"}, seed="fixed")
     assert result.ok, result.error
     print(result.fingerprint)
 """
@@ -278,8 +285,8 @@ def test_the_stored_fingerprint_is_what_run_returned(tmp_path: Path) -> None:
 def test_the_fingerprint_and_seed_are_those_of_the_recorded_run(tmp_path: Path) -> None:
     """A live run hashes its input, output, arguments and results once, as it goes; the
     projection of its record, every hash computed afresh, gives the same fingerprint, and
-    the default seed is H({"agent", "input": H(input)})."""
-    result, _runtime = record(tmp_path, "one", request={"question": "é \U0001f600", "key": "k", "words": []})
+    the default seed is H({"run": run_id})."""
+    result, _runtime = record(tmp_path, "one", request={"question": "é \U0001f600", "key": "k", "words": []}, seed=None)
     with Runtime(tmp_path / "one") as reopened:
         recorded = record_of(reopened, result.run_id)
         projection = run_projection(
@@ -293,5 +300,5 @@ def test_the_fingerprint_and_seed_are_those_of_the_recorded_run(tmp_path: Path) 
             code=None,
         )
         assert fingerprint(projection) == result.fingerprint
-        expected_seed = value_hash({"agent": recorded.agent, "input": value_hash(recorded.input)})
+        expected_seed = value_hash({"run": result.run_id})
         assert recorded.start["seed"] == expected_seed

@@ -152,3 +152,37 @@ def test_every_runtime_import_follows_the_parts_table() -> None:
             ):
                 wrong.append(f"{name} ({part}) imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+PACKAGE_ROOT = ROOT.parent
+#: The layers that may import ``tracelock.integrations`` (docs/architecture.md, the layer
+#: table), and what integrations may import.
+MAY_IMPORT_INTEGRATIONS = ("tracelock.integrations", "tracelock.cli", "tracelock.web")
+INTEGRATIONS_MAY_IMPORT = ("tracelock.integrations", "tracelock.runtime", "tracelock.storage", "tracelock.core", "tracelock.errors")
+
+
+def package_imports() -> dict[str, set[str]]:
+    """Every module of the package and the ``tracelock`` modules it imports."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        parts = ["tracelock", *path.relative_to(PACKAGE_ROOT).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        name = ".".join(parts)
+        found[name] = {target for target in imported(path, name, {}) if target.startswith("tracelock")}
+    return found
+
+
+def test_integrations_sit_above_the_runtime() -> None:
+    graph = package_imports()
+    assert any(name.startswith("tracelock.integrations.") for name in graph)
+    wrong = []
+    for name, targets in graph.items():
+        inside = name.startswith("tracelock.integrations")
+        for target in targets:
+            facade = name == "tracelock"  # re-exports the public API
+            if target.startswith("tracelock.integrations") and not (facade or name.startswith(MAY_IMPORT_INTEGRATIONS)):
+                wrong.append(f"{name} imports {target}")
+            if inside and not target.startswith(INTEGRATIONS_MAY_IMPORT):
+                wrong.append(f"{name} (integrations) imports {target}")
+    assert not wrong, "\n".join(wrong)

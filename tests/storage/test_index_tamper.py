@@ -54,7 +54,7 @@ def verify_store_cli(path: Path) -> dict[str, object]:
     result = CliRunner().invoke(
         cli, ["verify", "--store", str(path), "--json"], catch_exceptions=False
     )
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     document["exit_code"] = result.exit_code
     return document
 

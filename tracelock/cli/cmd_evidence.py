@@ -17,6 +17,7 @@ from tracelock.cli.common import (
     reports_errors,
     store_option,
 )
+from tracelock.cli.progress import Progress
 from tracelock.core.merkle import leaf_hash, verify_consistency, verify_inclusion
 from tracelock.errors import ProofError, UsageError
 from tracelock.evidence.bundle import export_bundle, read_bundle_files
@@ -308,9 +309,10 @@ def export_command(
 ) -> None:
     """Write an evidence bundle of RUN_ID... that verifies offline (`tracelock verify`)."""
     key = _signing_key(key_path, required=False) if key_path is not None else None
-    with _open_reader(store_path) as store:
+    with _open_reader(store_path) as store, Progress("export", "runs", len(set(run_ids))) as bar:
         result = export_bundle(
-            store, run_ids, out, checkpoint=number, key=key, origin=origin, allow_open=allow_open
+            store, run_ids, out, checkpoint=number, key=key, origin=origin, allow_open=allow_open,
+            progress=bar.update,
         )
     document = result.to_dict()
 
@@ -486,24 +488,27 @@ def verify_bundle_target(
         )
     pins = load_pinned_keys(keys)
     files = read_bundle_files(target)
-    report = verify_bundle(files, pins, origin=origin, allow_open=allow_open, required_runs=runs)
+    with Progress("verify bundle", "checks") as bar:
+        report = verify_bundle(files, pins, origin=origin, allow_open=allow_open, required_runs=runs, progress=bar.update)
     if replay is not None:
         if report.integrity_ok:
             from tracelock.cli.loading import import_agent
             from tracelock.evidence.bundle_replay import replay_bundle
 
             func, toolkits = import_agent(replay)
-            for result in replay_bundle(files, func, toolkits=toolkits):
-                report.replay.append(result)
-                if not result["matched"]:
-                    divergence = result.get("divergence") or {}
-                    report.fail(
-                        Failure(
-                            "replay.error" if result.get("error") else "replay.diverged",
-                            result.get("error") or str(divergence.get("message")),
-                            run=result["run"],
+            with Progress("replay bundle", "runs") as replayed:
+                for result in replay_bundle(files, func, toolkits=toolkits):
+                    report.replay.append(result)
+                    replayed.update(len(report.replay))
+                    if not result["matched"]:
+                        divergence = result.get("divergence") or {}
+                        report.fail(
+                            Failure(
+                                "replay.error" if result.get("error") else "replay.diverged",
+                                result.get("error") or str(divergence.get("message")),
+                                run=result["run"],
+                            )
                         )
-                    )
         else:
             report.notes.append("replay skipped: the bundle failed integrity checks")
     emit(as_json, report.to_dict(), lambda: _report_text(report))

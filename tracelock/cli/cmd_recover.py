@@ -10,7 +10,9 @@ import click
 
 from tracelock.cli.cmd_run import runtime_for
 from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_errors, store_option
+from tracelock.cli.describe import table
 from tracelock.cli.loading import read_json_file, toolkits_for_runs
+from tracelock.cli.progress import Progress
 from tracelock.errors import UsageError
 
 
@@ -30,13 +32,10 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
     the store cut when it opened is reported (offset, bytes, where the copy went); damage
     that is not one is refused (exit 2, JOURNAL_CORRUPT) and nothing is cut or re-run."""
     toolkits = toolkits_for_runs(store_path, None)
-    with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime:
-
-        def progress(done: int, total: int) -> None:
-            if not as_json and (done % 100 == 0 or done == total):
-                click.echo(f"... {done}/{total} unfinished runs examined", err=True)
-
-        report = runtime.recover(progress=progress)
+    with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime, Progress(
+        "recover", "unfinished runs"
+    ) as bar:
+        report = runtime.recover(progress=lambda done, total: bar.update(done, total))
     document = {"ok": not report.errors} | report.to_dict()
 
     def text() -> str:
@@ -47,7 +46,7 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
         ]
         if not report.runs:
             return "\n".join([*lines, "nothing to recover: every run has ended"])
-        lines.append(f"{'RUN':<28} {'FROM':<18} {'TO':<18} DETAIL")
+        rows = []
         for row in report.runs:
             detail = row.get("outcome") or ""
             if row.get("code"):
@@ -56,7 +55,8 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
                 detail = f"step {row.get('waiting_step')}: {row.get('reason')}"
             if row.get("error_kind"):
                 detail = f"{row['error_kind']}: {row.get('reason')}"
-            lines.append(f"{row['run']:<28} {row['from']:<18} {row['to']:<18} {detail}")
+            rows.append([str(row["run"]), str(row["from"]), str(row["to"]), detail])
+        lines.extend(table(["RUN", "FROM", "TO", "DETAIL"], rows))
         return "\n".join(lines)
 
     emit(as_json, document, text)

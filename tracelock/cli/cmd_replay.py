@@ -10,14 +10,24 @@ from typing import Any
 import click
 
 from tracelock.cli.cmd_run import result_text, runtime_for
-from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_errors, store_option
+from tracelock.cli.common import (
+    EXIT_CHECK_FAILED,
+    emit,
+    json_option,
+    json_text,
+    reports_errors,
+    store_option,
+)
+from tracelock.cli.describe import table
 from tracelock.cli.drift_processes import process_attempt
-from tracelock.cli.loading import import_agent, read_json_file, toolkits_for_runs
+from tracelock.cli.loading import add_import_paths, import_agent, read_json_file, toolkits_for_runs
+from tracelock.cli.progress import Progress
+from tracelock.cli.workflow_run import load_workflow_file, require_workflow_file
 from tracelock.errors import UsageError
 from tracelock.runtime.records import load_run
 from tracelock.runtime.replay.compare import run_difference, step_table
-from tracelock.runtime.replay.drift import compare_attempts, detect_drift, hash_seed
-from tracelock.runtime.replay.fork import fork_run
+from tracelock.runtime.replay.drift import compare_attempts, detect_drift, drift_run_id, hash_seed
+from tracelock.runtime.replay.fork import fork_plan, fork_run
 from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
 from tracelock.runtime.tools.toolkit import Toolkit
@@ -42,11 +52,11 @@ def _divergence_text(divergence: dict[str, Any]) -> list[str]:
     lines = [f"  {divergence.get('kind')}: {divergence.get('message')}"]
     for change in divergence.get("diff", [])[:10]:
         if change["op"] == "changed":
-            lines.append(f"    {change['path']}: recorded {change['recorded']!r}, requested {change['requested']!r}")
+            lines.append(f"    {change['path']}: recorded {json_text(change['recorded'])}, requested {json_text(change['requested'])}")
         elif change["op"] == "added":
-            lines.append(f"    {change['path']}: added {change['requested']!r}")
+            lines.append(f"    {change['path']}: added {json_text(change['requested'])}")
         else:
-            lines.append(f"    {change['path']}: removed (was {change['recorded']!r})")
+            lines.append(f"    {change['path']}: removed (was {json_text(change['recorded'])})")
     return lines
 
 
@@ -55,41 +65,66 @@ def _divergence_text(divergence: dict[str, Any]) -> list[str]:
 @click.option("--all", "replay_every", is_flag=True, help="Replay every ended run in the store (the replay gate).")
 @click.option("--since", default=None, help="With --all: only runs started at or after this time (ISO 8601 or ms).")
 @click.option("--agent", default=None, help="module:function to replay with (default: the recorded agent).")
+@click.option("--workflow", type=click.Path(path_type=Path, dir_okay=False), help="Replay with this workflow file (a run of `run --workflow`).")
+@click.option(
+    "--path",
+    "import_paths",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory where the agents' modules are imported from, before the working directory (repeatable).",
+)
 @store_option
 @json_option
 @reports_errors
 def replay_command(
-    run_id: str | None, replay_every: bool, since: str | None, agent: str | None, store_path: Path, as_json: bool
+    run_id: str | None,
+    replay_every: bool,
+    since: str | None,
+    agent: str | None,
+    workflow: Path | None,
+    import_paths: tuple[Path, ...],
+    store_path: Path,
+    as_json: bool,
 ) -> None:
     """Re-execute a run's agent code with every effect answered from the journal.
 
-    Exit 0 when it matches, 1 on divergence (the step, what was recorded, what was requested,
-    and the differing fields as JSON pointers)."""
+    The recorded agent (module:function) is imported from the --path directories, then the
+    working directory. Exit 0 when it matches, 1 on divergence (the step, what was recorded,
+    what was requested, and the differing fields as JSON pointers). With --all, progress goes
+    to stderr."""
     if replay_every == (run_id is not None):
         raise UsageError("give a RUN_ID or --all")
+    add_import_paths(import_paths)
     func: Any = None
     toolkits: list[Toolkit]
-    if agent is not None:
+    if agent is not None and workflow is not None:
+        raise UsageError("give --agent or --workflow, not both")
+    if workflow is not None:
+        func, toolkits = load_workflow_file(workflow)
+    elif agent is not None:
         func, toolkits = import_agent(agent)
     else:
         toolkits = toolkits_for_runs(store_path, None if replay_every else [run_id or ""])
     with runtime_for(store_path, toolkits=toolkits) as runtime:
         if replay_every:
 
-            def progress(done: int, total: int) -> None:
-                if not as_json and (done % 100 == 0 or done == total):
-                    click.echo(f"... {done}/{total} runs replayed", err=True)
-
-            gate = replay_all(runtime, since_ms=_since_ms(since), agent=func, progress=progress)
+            with Progress("replay", "runs") as bar:
+                gate = replay_all(
+                    runtime, since_ms=_since_ms(since), agent=func, progress=lambda done, total: bar.update(done, total)
+                )
             document = gate.to_dict()
 
             def gate_text() -> str:
-                lines = [f"{'RUN':<28} {'AGENT':<28} RESULT"]
-                for failed in gate.diverged:
-                    lines.append(f"{failed['run']:<28} {failed['agent']!s:<28} DIVERGED")
-                    lines.extend(_divergence_text(failed["divergence"] or {}))
-                for skipped in gate.skipped:
-                    lines.append(f"{skipped['run']:<28} {skipped['agent']!s:<28} NOT LOADABLE: {skipped['reason']}")
+                rows = [[str(failed["run"]), str(failed["agent"]), "DIVERGED"] for failed in gate.diverged]
+                rows += [[str(skipped["run"]), str(skipped["agent"]), f"NOT LOADABLE: {skipped['reason']}"] for skipped in gate.skipped]
+                lines = []
+                if rows:
+                    header, *row_lines = table(["RUN", "AGENT", "RESULT"], rows)
+                    lines.append(header)
+                    for index, failed in enumerate(gate.diverged):
+                        lines.append(row_lines[index])
+                        lines.extend(_divergence_text(failed["divergence"] or {}))
+                    lines.extend(row_lines[len(gate.diverged):])
                 lines.append(
                     f"{gate.checked} replayed, {gate.matched} matched, {len(gate.diverged)} diverged, "
                     f"{len(gate.skipped)} not loadable: {'PASS' if gate.ok else 'FAIL'}"
@@ -101,6 +136,8 @@ def replay_command(
                 sys.exit(EXIT_CHECK_FAILED)
             return
         assert run_id is not None
+        if func is None:
+            require_workflow_file(runtime.store, run_id)
         report = runtime.replay(run_id, func)
     document = {"ok": report.matched} | report.to_dict()
 
@@ -120,26 +157,61 @@ def replay_command(
 @click.option("--agent", default=None, help="module:function (default: the recorded agent's current code).")
 @click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy for the new run (default: the parent's).")
 @click.option("--sandbox", type=click.Path(path_type=Path, file_okay=False), help="Sandbox root.")
+@click.option(
+    "--allow-irreversible",
+    is_flag=True,
+    help="Consent to running again, live, the irreversible effects the parent recorded at or after --at.",
+)
 @store_option
 @json_option
 @reports_errors
 def fork_command(
-    run_id: str, at: int, agent: str | None, policy: Path | None, sandbox: Path | None, store_path: Path, as_json: bool
+    run_id: str,
+    at: int,
+    agent: str | None,
+    policy: Path | None,
+    sandbox: Path | None,
+    allow_irreversible: bool,
+    store_path: Path,
+    as_json: bool,
 ) -> None:
     """Replay RUN_ID up to step --at from the record, then continue live as a new run.
 
-    Refused (exit 2, FORK_REFUSED, no run written) when the code does not reproduce a
-    recorded step before --at. Exit 1 if the new run fails."""
+    Before it runs, the effects the parent recorded at or after --at (which run live) are
+    listed. Refused (exit 2, no run written) when --at is past the parent's steps
+    (FORK_POINT_OUT_OF_RANGE), when one of them is irreversible and neither
+    --allow-irreversible nor the policy's approval covers it (FORK_IRREVERSIBLE_NOT_ALLOWED),
+    or when the code does not reproduce a recorded step before --at (FORK_REFUSED).
+    Exit 1 if the new run fails."""
     func: Any = None
     if agent is not None:
         func, toolkits = import_agent(agent)
     else:
         toolkits = toolkits_for_runs(store_path, [run_id])
     with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime:
-        result = fork_run(runtime, run_id, at, func, policy=runtime.policy if policy is not None else None)
-    emit(as_json, {"ok": result.ok} | result.to_dict(), lambda: result_text(result) + f"\n  parent       {result.parent}")
+        chosen = runtime.policy if policy is not None else None
+        live = fork_plan(runtime, run_id, at, chosen)
+        if not as_json:
+            click.echo(live_text(run_id, at, live), err=True)
+        result = fork_run(runtime, run_id, at, func, policy=chosen, allow_irreversible=allow_irreversible)
+    emit(
+        as_json,
+        {"ok": result.ok, "live": live} | result.to_dict(),
+        lambda: result_text(result) + f"\n  parent       {json_text(result.parent)}",
+    )
     if not result.ok:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def live_text(run_id: str, at: int, live: list[dict[str, Any]]) -> str:
+    """The effects a fork runs live, one line each, as the fork command lists them first."""
+    if not live:
+        return f"fork of {run_id} at step {at}: no recorded effect runs live"
+    lines = [f"fork of {run_id} at step {at}: these recorded effects run live if the code requests them again:"]
+    for effect in live:
+        approval = ", needs approval" if effect["approval"] else ""
+        lines.append(f"  step {effect['step']} {effect['kind']} {effect['name']} ({effect['class']}{approval})")
+    return "\n".join(lines)
 
 
 @click.command("drift")
@@ -153,31 +225,38 @@ def fork_command(
     is_flag=True,
     help="Run every attempt in this process (faster; blind to drift that depends on the hash seed).",
 )
+@click.option("--seed", default=None, help="Seed of every attempt (default: the one their shared run id gives).")
 @json_option
 @reports_errors
-def drift_command(agent: str, input_file: Path, n: int, policy: Path | None, in_process: bool, as_json: bool) -> None:
+def drift_command(
+    agent: str, input_file: Path, n: int, policy: Path | None, in_process: bool, seed: str | None, as_json: bool
+) -> None:
     """Run AGENT on the same input N times, each in a fresh store; exit 1 on drift.
+
+    Every attempt runs under one run id and one seed, so ctx.random(), ctx.uuid() and
+    idempotency keys are the same in all of them.
 
     By default each attempt runs in a fresh Python process with PYTHONHASHSEED set to the
     attempt number plus one, so that drift across processes (set iteration order) shows."""
     value = read_json_file(input_file, "input")
 
-    def progress(done: int, digest: str | None) -> None:
-        if not as_json:
-            click.echo(f"... run {done}/{n}: {digest}", err=True)
+    with Progress("drift", "runs", n) as bar:
 
-    if in_process:
-        func, toolkits = import_agent(agent)
+        def progress(done: int, digest: str | None) -> None:
+            bar.update(done, note=digest)
 
-        def make(store: Any) -> Runtime:
-            return Runtime(store, policy, toolkits=tuple(toolkits))
+        if in_process:
+            func, toolkits = import_agent(agent)
 
-        report = detect_drift(make, func, value, n, progress=progress)
-    else:
-        import_agent(agent)  # a name that cannot be imported is a usage error, once, here
-        seeds = [hash_seed(number) for number in range(n)]
-        attempt = process_attempt(agent, input_file, policy)
-        report = compare_attempts(attempt, n, progress=progress, mode="processes", hash_seeds=seeds)
+            def make(store: Any) -> Runtime:
+                return Runtime(store, policy, toolkits=tuple(toolkits))
+
+            report = detect_drift(make, func, value, n, progress=progress, seed=seed)
+        else:
+            import_agent(agent)  # a name that cannot be imported is a usage error, once, here
+            seeds = [hash_seed(number) for number in range(n)]
+            attempt = process_attempt(agent, input_file, policy, run_id=drift_run_id(agent, value), seed=seed)
+            report = compare_attempts(attempt, n, progress=progress, mode="processes", hash_seeds=seeds)
 
     def text() -> str:
         mode = "in one process" if report.mode == "in-process" else f"in {n} processes (PYTHONHASHSEED {report.hash_seeds})"
@@ -185,14 +264,19 @@ def drift_command(agent: str, input_file: Path, n: int, policy: Path | None, in_
             return f"no drift: {n} runs {mode}, one fingerprint {report.fingerprints[0]}"
         drift = report.drift or {}
         where = f" at step {drift.get('step')}" if drift.get("step") is not None else ""
+        tool = drift.get("tool") or {}
+        named = f", {tool.get('kind')} {tool.get('name')!s} ({tool.get('class')})" if tool else ""
         field = f" ({drift.get('field')})" if drift.get("field") else ""
         lines = [
             f"DRIFT in run {drift.get('run')} of {n} {mode}: {drift.get('kind')} difference in "
-            f"{drift.get('component')}{where}{field}",
-            f"  first run: {drift.get('a')!r}",
-            f"  this run:  {drift.get('b')!r}",
+            f"{drift.get('component')}{where}{field}{named}",
         ]
-        lines.extend(_changes_text(drift.get("diff", []), "first run", "this run"))
+        if drift.get("cause"):
+            lines.append(f"  {drift.get('message')}")
+        if drift.get("diff"):
+            lines.extend(_changes_text(drift["diff"], "first run", "this run"))
+        else:
+            lines += [f"  first run: {json_text(drift.get('a'))}", f"  this run:  {json_text(drift.get('b'))}"]
         return "\n".join(lines)
 
     emit(as_json, {"ok": not report.drifted} | report.to_dict(), text)
@@ -204,11 +288,11 @@ def _changes_text(changes: list[dict[str, Any]], before: str, after: str) -> lis
     lines = []
     for change in changes[:10]:
         if change["op"] == "changed":
-            lines.append(f"    {change['path']}: {before} {change['recorded']!r}, {after} {change['requested']!r}")
+            lines.append(f"    {change['path']}: {before} {json_text(change['recorded'])}, {after} {json_text(change['requested'])}")
         elif change["op"] == "added":
-            lines.append(f"    {change['path']}: only in {after}: {change['requested']!r}")
+            lines.append(f"    {change['path']}: only in {after}: {json_text(change['requested'])}")
         else:
-            lines.append(f"    {change['path']}: only in {before}: {change['recorded']!r}")
+            lines.append(f"    {change['path']}: only in {before}: {json_text(change['recorded'])}")
     return lines
 
 

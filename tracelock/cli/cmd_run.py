@@ -11,8 +11,19 @@ from typing import Any
 
 import click
 
-from tracelock.cli.common import EXIT_CHECK_FAILED, emit, json_option, reports_errors, store_option
+from tracelock.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
+    emit,
+    json_option,
+    json_text,
+    print_json,
+    reports_errors,
+    store_option,
+)
 from tracelock.cli.loading import build_runtime, import_agent, read_json_file
+from tracelock.cli.workflow_run import agent_for_run
+from tracelock.errors import TracelockError
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import RunResult, Runtime
@@ -27,8 +38,11 @@ def runtime_for(
     toolkits: list[Toolkit] | None = None,
     sandbox: Path | None = None,
     create: bool = False,
+    timeline: bool = False,
 ) -> Iterator[Runtime]:
-    runtime = build_runtime(store_path, policy=policy, toolkits=toolkits or [], sandbox=sandbox, create=create)
+    runtime = build_runtime(
+        store_path, policy=policy, toolkits=toolkits or [], sandbox=sandbox, create=create, timeline=timeline
+    )
     try:
         yield runtime
     finally:
@@ -47,8 +61,35 @@ def result_text(result: RunResult) -> str:
     elif result.error:
         lines.append(f"  error        {result.error}")
     if result.output is not None:
-        lines.append(f"  output       {result.output!r}")
+        lines.append(f"  output       {json_text(result.output)}")
+    if result.traceback:
+        lines.append("  traceback")
+        lines.extend("    " + line for line in result.traceback.rstrip("\n").splitlines())
     return "\n".join(lines)
+
+
+DENY_ALL_NOTE = (
+    "no --policy was given, so the deny-all policy applied: every tool and LLM call is denied "
+    "(see docs/policy.md)"
+)
+
+
+def _interrupted(runtime: Runtime, run_id: str, as_json: bool) -> None:
+    try:
+        status: str | None = load_run(runtime.store, run_id).status
+    except TracelockError:
+        status = None
+    if status is None:
+        message = f"interrupted before run {run_id} started: nothing was recorded"
+    else:
+        message = (
+            f"interrupted: run {run_id} is left unfinished ({status}); "
+            "`tracelock recover` continues it"
+        )
+    if as_json:
+        print_json({"ok": False, "interrupted": True, "run_id": run_id, "status": status, "message": message})
+    click.echo(message, err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def _exit_for(result: RunResult) -> None:
@@ -57,29 +98,54 @@ def _exit_for(result: RunResult) -> None:
 
 
 @click.command("run")
-@click.argument("agent")
+@click.argument("agent", required=False)
+@click.option("--workflow", type=click.Path(path_type=Path, dir_okay=False), help="Run this workflow file (docs/workflows.md) instead of AGENT.")
 @click.option("--input", "input_file", type=click.Path(path_type=Path, dir_okay=False), help="JSON file with the run's input.")
-@click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy file (TOML or YAML).")
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Policy file (TOML or YAML). Without it the deny-all policy applies: every tool and LLM call is denied.",
+)
 @click.option("--sandbox", type=click.Path(path_type=Path, file_okay=False), help="Root of the sandboxed filesystem toolset.")
 @click.option("--run-id", default=None, help="Use this run id instead of a generated one.")
+@click.option(
+    "--seed",
+    default=None,
+    help="Seed of ctx.random() and ctx.uuid() (part of the run's configuration; default: derived from the run id).",
+)
 @store_option
 @json_option
 @reports_errors
 def run_command(
-    agent: str,
+    agent: str | None,
+    workflow: Path | None,
     input_file: Path | None,
     policy: Path | None,
     sandbox: Path | None,
     run_id: str | None,
+    seed: str | None,
     store_path: Path,
     as_json: bool,
 ) -> None:
-    """Run AGENT (module:function) as a new recorded run. Exit 1 if the run fails."""
-    func, toolkits = import_agent(agent)
+    """Run AGENT (module:function) or --workflow FILE as a new recorded run. Exit 1 if the run
+    fails; 130 if interrupted (Ctrl-C), leaving the run unfinished for `tracelock recover`.
+
+    Without --policy, the deny-all policy applies."""
+    func, toolkits = agent_for_run(agent, workflow)
     value: Any = read_json_file(input_file, "input") if input_file is not None else None
-    with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox, create=True) as runtime:
-        result = runtime.run(func, value, run_id=run_id)
-    emit(as_json, {"ok": result.outcome in (None, "SUCCESS")} | result.to_dict(), lambda: result_text(result))
+    with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox, create=True, timeline=True) as runtime:
+        run_id = run_id or runtime.new_run_id()
+        try:
+            result = runtime.run(func, value, run_id=run_id, seed=seed)
+        except KeyboardInterrupt:
+            _interrupted(runtime, run_id, as_json)
+            raise
+    note = DENY_ALL_NOTE if policy is None and result.outcome == "DENIED" else None
+    emit(
+        as_json,
+        {"ok": result.outcome in (None, "SUCCESS")} | result.to_dict() | ({"note": note} if note else {}),
+        lambda: result_text(result) + (f"\nnote: {note}" if note else ""),
+    )
     _exit_for(result)
 
 

@@ -13,10 +13,13 @@ from tracelock.cli.common import (
     EXIT_CHECK_FAILED,
     emit,
     json_option,
+    json_text,
     reports_errors,
     store_option,
 )
-from tracelock.cli.describe import Describer
+from tracelock.cli.describe import Describer, table
+from tracelock.cli.progress import Progress
+from tracelock.core.entry import Entry
 from tracelock.errors import UsageError
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
@@ -63,13 +66,8 @@ def log_command(limit: int | None, status: str | None, store_path: Path, as_json
     def text() -> str:
         if not runs:
             return "no runs"
-        lines = [f"{'RUN':<28} {'STATUS':<18} {'AGENT':<24} {'STARTED':<24} ENTRIES"]
-        for run in runs:
-            lines.append(
-                f"{run.run:<28} {run.status:<18} {(run.agent or '-'):<24} "
-                f"{format_ts(run.started_ts):<24} {run.entries}"
-            )
-        return "\n".join(lines)
+        rows = [[run.run, run.status, run.agent or "-", format_ts(run.started_ts), str(run.entries)] for run in runs]
+        return "\n".join(table(["RUN", "STATUS", "AGENT", "STARTED", "ENTRIES"], rows))
 
     emit(as_json, document, text)
 
@@ -101,6 +99,7 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
         "entries": [
             dict(entry.to_dict(), hash=entry.hash, summary=summary)
             | ({"payload_value": bodies.get(entry.payload)} if payloads and entry.payload else {})
+            | _traceback_of(entry, bodies)
             for entry, summary in zip(entries, summaries, strict=True)
         ],
     }
@@ -112,11 +111,21 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
         ]
         for entry, summary in zip(entries, summaries, strict=True):
             lines.append(f"{entry.i:>4}  {format_ts(entry.ts)}  {summary}")
+            trace = _traceback_of(entry, bodies).get("traceback")
+            if trace:
+                lines.extend("        " + line for line in trace.rstrip("\n").splitlines())
             if payloads and entry.payload:
-                lines.append(f"        {bodies.get(entry.payload)!r}")
+                lines.append(f"        {json_text(bodies.get(entry.payload))}")
         return "\n".join(lines)
 
     emit(as_json, document, text)
+
+
+def _traceback_of(entry: Entry, bodies: dict[str, Any]) -> dict[str, str]:
+    """``{"traceback": text}`` for a ``run.traceback`` entry whose payload is readable."""
+    doc = bodies.get(entry.payload or "") if entry.kind == "run.traceback" else None
+    trace = doc.get("traceback") if isinstance(doc, dict) else None
+    return {"traceback": trace} if isinstance(trace, str) else {}
 
 
 @click.command("verify")
@@ -159,14 +168,9 @@ def verify_command(
     with open_directory_store(store_path, create=False, read_only=True, what="verify") as store:
         repairs = _repairs_note(store)
         if run_id is None:
-
-            def progress(count: int) -> None:
-                if not as_json:
-                    click.echo(f"... {count} entries verified", err=True)
-
-            report, verdict = verify_store_checkpoints(
-                store, pins, origin=origin, progress=progress
-            )
+            with Progress("verify", "entries", store.size()) as bar:
+                report, verdict = verify_store_checkpoints(store, pins, origin=origin, progress=bar.update)
+                bar.update(report.entries)
         else:
             report = verify_run(store, run_id)
     document = report.to_dict() | {"repairs": repairs}

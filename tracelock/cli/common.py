@@ -1,6 +1,7 @@
 """What every CLI command shares: ``--json``, ``--store``, exit codes, error reporting.
 
-Exit codes a CI can rely on: 0 ok, 1 a check failed, 2 usage or input error.
+Exit codes a CI can rely on: 0 ok, 1 a check failed, 2 usage or input error; 130 when
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from tracelock.errors import TracelockError
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+#: Interrupted (Ctrl-C), as a shell reports SIGINT: 128 + 2.
+EXIT_INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +54,11 @@ def store_option(func: F) -> F:
         show_default=True,
         help="Store directory or postgresql:// URL (env: TRACELOCK_STORE).",
     )(func)
+
+
+def json_text(value: Any) -> str:
+    """A value as it is printed in text output: JSON (``true``, ``null``, ``"x"``), on one line."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
 
 
 def print_json(document: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from tracelock.core.entry import Entry
@@ -55,7 +57,24 @@ def describe(entry: Entry, doc: Any) -> str:
         return f"state -> {meta.get('status')} (step {doc.get('step')}: {doc.get('reason')})"
     if kind == "approval" and isinstance(doc, dict):
         return f"step {doc.get('step')} {doc.get('decision')} by {doc.get('by')}"
+    if kind == "workflow.step" and isinstance(doc, dict):
+        return f"workflow step {doc.get('step')} done"
     if kind == "route" and isinstance(doc, dict):
         return f"route {doc.get('intent')} -> {doc.get('chosen')} ({doc.get('reason', '')})"
-    details = " ".join(f"{key}={value}" for key, value in sorted(meta.items()))
+    if kind == "run.traceback" and isinstance(doc, dict):
+        where = "the agent" if doc.get("step") is None else f"step {doc.get('step')} ({doc.get('where')})"
+        return f"traceback of {where}: {doc.get('exception')}"
+    details = " ".join(f"{key}={json.dumps(value, sort_keys=True)}" for key, value in sorted(meta.items()))
     return f"{kind} {details}".rstrip()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The header line and one line per row, every column as wide as its widest cell (the
+    last one is not padded), so long run ids and agent names stay aligned."""
+    widths = [max([len(header), *(len(row[column]) for row in rows)]) for column, header in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [cell.ljust(width) for cell, width in zip(cells[:-1], widths[:-1], strict=True)]
+        return " ".join([*padded, cells[-1]]).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]

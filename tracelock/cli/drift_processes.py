@@ -33,12 +33,22 @@ class DriftAttemptError(ReplayError):
     code = "DRIFT_ATTEMPT_FAILED"
 
 
-def process_attempt(agent: str, input_file: Path, policy: Path | None, *, python: str | None = None) -> Attempt:
-    """An attempt that runs ``agent`` on ``input_file`` in a fresh ``python`` process."""
+def process_attempt(
+    agent: str,
+    input_file: Path,
+    policy: Path | None,
+    *,
+    python: str | None = None,
+    run_id: str | None = None,
+    seed: str | None = None,
+) -> Attempt:
+    """An attempt that runs ``agent`` on ``input_file`` in a fresh ``python`` process, under
+    ``run_id`` and ``seed`` when given (the same for every attempt of a drift)."""
     cwd = Path.cwd()
     source = input_file if input_file.is_absolute() else cwd / input_file
     rules = None if policy is None else (policy if policy.is_absolute() else cwd / policy)
     executable = python or sys.executable
+    same_id, same_seed = run_id, seed
 
     def attempt(number: int, location: Path) -> str:
         seed = hash_seed(number)
@@ -50,6 +60,10 @@ def process_attempt(agent: str, input_file: Path, policy: Path | None, *, python
         argv = [executable, "-c", _LAUNCH, agent, "--input", str(source), "--store", str(location), "--json"]
         if rules is not None:
             argv += ["--policy", str(rules)]
+        if same_id is not None:
+            argv += ["--run-id", same_id]
+        if same_seed is not None:
+            argv += ["--seed", same_seed]
         done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, check=False)  # tracelock: allow TL-PROC-001 -- drift's attempts run in fresh interpreters on purpose, each with a hash seed derived from its number
         run_id, reported = _read(done.stdout)
         if run_id is None and done.returncode in (0, 1):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +16,40 @@ from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.open import open_store
 
 
+def _working_directory_importable() -> None:
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+
+
+def add_import_paths(paths: Sequence[Path]) -> None:
+    """Put these directories first on ``sys.path``, in the order given, so that the agents'
+    modules are imported from there before the working directory."""
+    _working_directory_importable()
+    for path in reversed(paths):
+        resolved = str(path.resolve())
+        if resolved in sys.path:
+            sys.path.remove(resolved)
+        sys.path.insert(0, resolved)
+
+
 def import_agent(spec: str) -> tuple[Callable[..., Any], list[Toolkit]]:
     """Import ``module:function`` (the working directory is importable, as with
     ``python -m``) and collect the module's toolkits."""
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    _working_directory_importable()
     agent = resolve_agent_path(spec)
     module = importlib.import_module(spec.partition(":")[0])
     toolkits = [value for value in vars(module).values() if isinstance(value, Toolkit)]
     return agent, toolkits
+
+
+def toolkits_of(module_name: str) -> list[Toolkit]:
+    """Import a module (the working directory is importable) and return its toolkits."""
+    _working_directory_importable()
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import module {module_name!r}: {exc}") from None
+    return [value for value in vars(module).values() if isinstance(value, Toolkit)]
 
 
 def read_json_file(path: Path, what: str) -> Any:
@@ -45,9 +70,15 @@ def build_runtime(
     toolkits: list[Toolkit],
     sandbox: Path | None = None,
     create: bool = True,
+    timeline: bool = False,
 ) -> Runtime:
+    """``timeline``: describe each entry of a run on stderr as it is journaled."""
     store = open_store(store_path, create=create)
     try:
+        if timeline:
+            from tracelock.cli.timeline import TimelineStore
+
+            return Runtime(TimelineStore(store), policy, toolkits=tuple(toolkits), sandbox=sandbox)
         return Runtime(store, policy, toolkits=tuple(toolkits), sandbox=sandbox)
     except BaseException:
         store.close()

@@ -24,7 +24,7 @@ import re
 import stat
 import tarfile
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -169,8 +169,10 @@ def collect_bundle(
     *,
     allow_open: bool = False,
     signer_vkeys: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, bytes]:
-    """The files of the bundle of ``run_ids`` proved against ``checkpoint``."""
+    """The files of the bundle of ``run_ids`` proved against ``checkpoint``; ``progress``
+    is called with (runs collected, runs) after each run."""
     runs = sorted(set(run_ids))
     if not runs:
         raise ExportIncompleteError("name at least one run to export")
@@ -232,6 +234,8 @@ def collect_bundle(
         policy = start_doc.get("policy") if isinstance(start_doc, dict) else None
         if isinstance(policy, str):
             policies.add(policy)
+        if progress is not None:
+            progress(len(summaries), len(runs))
     registered = {e.payload: e for e in admin if e.kind == POLICY_KIND and e.payload}
     for policy in sorted(policies):
         register = registered.get(policy)
@@ -432,6 +436,7 @@ def export_bundle(
     key: SigningKey | PrivateKey | None = None,
     origin: str | None = None,
     allow_open: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ExportResult:
     """Export ``run_ids`` to ``out`` against the store's latest checkpoint (or number
     ``checkpoint``). With ``key``, a new checkpoint is signed first when the latest one does
@@ -454,6 +459,7 @@ def export_bundle(
         stored,
         allow_open=allow_open,
         signer_vkeys=history.signer_vkeys(stored.number),
+        progress=progress,
     )
     kind = write_bundle(files, out)
     return ExportResult(out, kind, stored, signed, files)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -1098,16 +1098,15 @@ class _Verifier:
                 file=MANIFEST,
             )
 
-    def run(self) -> BundleReport:
-        self.container()
-        self.read_manifest()
-        self.read_checkpoint()
-        self.read_entries()
-        self.check_proofs()
-        self.check_admin()
-        self.check_payloads()
-        self.check_runs()
-        self.check_summary()
+    def run(self, progress: Callable[[int, int], None] | None = None) -> BundleReport:
+        stages = [
+            self.container, self.read_manifest, self.read_checkpoint, self.read_entries, self.check_proofs,
+            self.check_admin, self.check_payloads, self.check_runs, self.check_summary,
+        ]
+        for done, stage in enumerate(stages, 1):
+            stage()
+            if progress is not None:
+                progress(done, len(stages))
         return self.report
 
 
@@ -1118,10 +1117,12 @@ def verify_bundle(
     origin: str | None = None,
     allow_open: bool = False,
     required_runs: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> BundleReport:
     """Verify a bundle (a path: directory, ``.zip`` or ``.tar``; or files already read)
     against the pinned keys. Never raises for a bad bundle: everything found is in the
     report. ``origin`` additionally pins the log's origin; ``allow_open`` accepts runs that
-    have not ended; ``required_runs`` must all be in the bundle."""
+    have not ended; ``required_runs`` must all be in the bundle. ``progress`` is called with
+    (checks done, checks) after each of the checks."""
     files = bundle if isinstance(bundle, BundleFiles) else read_bundle_files(Path(bundle))
-    return _Verifier(files, pinned, origin, allow_open, required_runs).run()
+    return _Verifier(files, pinned, origin, allow_open, required_runs).run(progress)

@@ -19,11 +19,14 @@ Entry kinds of a run (payloads are JSON documents, stored content-addressed):
 ``patch``          ``{"id"}``: the run took the code path of a ``ctx.patched(id)`` change
 ``resolution``     ``{"step", "action": "retry", "by", "reason"}``: an operator allowed a blocked
                    irreversible step to run once more
+``run.traceback``  ``{"step", "where", "exception", "traceback"}``: the traceback of an agent
+                   (``step`` null) or a tool that raised; audit only, read by no decision
 =================  =========================================================================
 """
 
 from __future__ import annotations
 
+import traceback as traceback_module
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +35,7 @@ from tracelock.errors import StoreError
 from tracelock.storage.backend import NO_PAYLOAD, Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
-__all__ = ["RunRecord", "load_run", "RunJournal", "merge_effect"]
+__all__ = ["RunRecord", "load_run", "RunJournal", "merge_effect", "audit_traceback"]
 
 START = "run.start"
 EFFECT = "effect"
@@ -45,6 +48,12 @@ STATE = "run.state"
 END = "run.end"
 PATCH = "patch"
 RESOLUTION = "resolution"
+TRACEBACK = "run.traceback"
+
+
+def audit_traceback(exc: BaseException) -> str:
+    """The formatted traceback of ``exc``, as journaled in a ``run.traceback`` entry."""
+    return "".join(traceback_module.format_exception(exc))
 
 
 def _compact(doc: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +96,16 @@ class RunRecord:
     redacted: list[str] = field(default_factory=list)
     patches: set[str] = field(default_factory=set)
     retries: set[int] = field(default_factory=set)
+    #: ``run.traceback`` documents in journal order (audit only).
+    tracebacks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agent_traceback(self) -> str | None:
+        """The traceback of the agent's exception, when it raised one and it is not redacted."""
+        for doc in self.tracebacks:
+            if doc.get("step") is None and isinstance(doc.get("traceback"), str):
+                return str(doc["traceback"])
+        return None
 
     @property
     def agent(self) -> str:
@@ -187,6 +206,8 @@ def load_run(store: Store, run_id: str) -> RunRecord:
             record.patches.add(str(doc.get("id")))
         elif entry.kind == RESOLUTION:
             record.retries.add(int(doc["step"]))
+        elif entry.kind == TRACEBACK and isinstance(doc, dict):
+            record.tracebacks.append(doc)
         if isinstance(status, str):
             record.status = status
     return record
@@ -250,6 +271,10 @@ class RunJournal:
 
     def mark(self, kind: str, doc: dict[str, Any]) -> Entry:
         return self._append(kind, doc, durable=False)
+
+    def traceback(self, doc: dict[str, Any]) -> Entry:
+        """An audit-only traceback: written as it happens, made durable with what follows."""
+        return self._append(TRACEBACK, doc, durable=False)
 
     def resolution(self, doc: dict[str, Any]) -> Entry:
         return self._append(RESOLUTION, doc, durable=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import urllib.parse
 import uuid as uuid_module
 from collections.abc import Mapping
 from typing import Any
@@ -31,10 +32,14 @@ from tracelock.runtime.pipeline.codes import (
     APPROVAL_REJECTED,
     ARGS_NOT_JSON,
     ARGS_SCHEMA,
+    HTTP_REQUEST_INVALID,
+    HTTP_TRANSPORT_ERROR,
+    LLM_COST_UNKNOWN,
     LLM_NOT_CONFIGURED,
     LLM_PROVIDER_ERROR,
     LLM_REQUEST_INVALID,
     LLM_RESPONSE_INVALID,
+    LLM_USAGE_UNKNOWN,
     PROPOSAL_BAD_FIELD,
     PROPOSAL_MISSING_FIELD,
     PROPOSAL_NOT_JSON,
@@ -48,8 +53,9 @@ from tracelock.runtime.pipeline.codes import (
 )
 from tracelock.runtime.pipeline.request import StepRequest, idempotency_key, tool_request
 from tracelock.runtime.pipeline.state import RunState
-from tracelock.runtime.policy.policy import AuthorizationRequest, Decision, Usage
-from tracelock.runtime.records import RunJournal
+from tracelock.runtime.pipeline.usage import cost_of, tokens_of
+from tracelock.runtime.policy.policy import LLM_MAX_TOKENS, AuthorizationRequest, Decision, Usage
+from tracelock.runtime.records import RunJournal, audit_traceback
 from tracelock.runtime.tools.tools import Tool
 
 __all__ = [
@@ -152,6 +158,11 @@ def live(
         state.hashes[step] = (args_hash, result_hash)
     except StepFailure as failure:
         _failed(doc, request, phase, failure)
+        if journal is not None and isinstance(failure.__cause__, Exception):
+            journal.traceback(
+                {"step": step, "where": "tool", "exception": type(failure.__cause__).__name__,
+                 "traceback": audit_traceback(failure.__cause__)}
+            )
     record(state, journal, doc, intent_written)
     if doc["outcome"] == "SUCCESS":
         return doc["result"]
@@ -235,7 +246,14 @@ def parse_proposal(state: RunState, request: StepRequest, doc: dict[str, Any]) -
 
 # -- VALIDATE ------------------------------------------------------------------------------
 def validate(request: StepRequest) -> None:
-    if request.kind in ("tool", "fs"):
+    if request.perform is not None:
+        # A captured HTTP exchange (kind http, or llm when it is a recognised LLM API call).
+        args = request.args
+        if not isinstance(args, dict) or not isinstance(args.get("method"), str) or not isinstance(args.get("url"), str):
+            raise StepFailure(HTTP_REQUEST_INVALID, "a captured request needs a method and a URL")
+        if request.kind == "llm" and (not isinstance(args.get("model"), str) or not args["model"]):
+            raise StepFailure(LLM_REQUEST_INVALID, "the LLM request names no model")
+    elif request.kind in ("tool", "fs"):
         if request.tool is None:
             raise StepFailure(TOOL_UNKNOWN, f"no tool named {request.name!r} is registered", tool=request.name)
         problem = request.tool.validate(request.args)
@@ -255,7 +273,18 @@ def validate(request: StepRequest) -> None:
 # -- AUTHORIZE -----------------------------------------------------------------------------
 def authorize(state: RunState, step: int, request: StepRequest, doc: dict[str, Any]) -> None:
     kind = request.kind
-    if kind == "llm":
+    decision: Decision | None
+    if request.perform is not None:
+        # The host, method and path first: an LLM API call is an HTTP request too.
+        http = _decide_http(state, request, doc)
+        if not http.allowed:
+            raise http.failure()
+        if kind == "llm":
+            model, max_tokens = _llm_limits(state, request)
+            decision = state.policy.static_decision("llm", "llm", "read_only", model, max_tokens)
+        else:
+            decision = http
+    elif kind == "llm":
         args = request.args
         decision = state.policy.static_decision("llm", "llm", "read_only", args["model"], args["max_tokens"])
     elif kind == "tool" or kind == "fs":
@@ -278,25 +307,10 @@ def _decide(state: RunState, request: StepRequest, doc: dict[str, Any]) -> Decis
     """The policy's decision when the arguments or the usage may matter (budgets,
     argument constraints)."""
     policy = state.policy
-    elapsed = 0
-    if policy.budget("wall_time_ms") is not None:
-        elapsed = max(0, state.env.clock_ms() - state.start_ms)
-        doc["elapsed_ms"] = elapsed
-    usage = Usage(
-        llm_calls=state.llm_calls,
-        tokens=state.tokens,
-        cost_micro_usd=state.cost_micro_usd,
-        effects=state.effect_count,
-        elapsed_ms=elapsed,
-    )
+    usage = _usage(state, doc)
     if request.kind == "llm":
-        auth = AuthorizationRequest(
-            kind="llm",
-            name="llm",
-            args={},
-            model=request.args["model"],
-            max_tokens=request.args["max_tokens"],
-        )
+        model, max_tokens = _llm_limits(state, request)
+        auth = AuthorizationRequest(kind="llm", name="llm", args={}, model=model, max_tokens=max_tokens)
     else:
         auth = AuthorizationRequest(
             kind="fs" if request.kind == "fs" else "tool",
@@ -305,6 +319,55 @@ def _decide(state: RunState, request: StepRequest, doc: dict[str, Any]) -> Decis
             side_effect=request.side_effect,  # type: ignore[arg-type]
         )
     return policy.authorize(auth, usage)
+
+
+def _usage(state: RunState, doc: dict[str, Any]) -> Usage:
+    elapsed = 0
+    if state.policy.budget("wall_time_ms") is not None:
+        elapsed = max(0, state.env.clock_ms() - state.start_ms)
+        doc["elapsed_ms"] = elapsed
+    return Usage(
+        llm_calls=state.llm_calls,
+        tokens=state.tokens,
+        cost_micro_usd=state.cost_micro_usd,
+        effects=state.effect_count,
+        elapsed_ms=elapsed,
+    )
+
+
+def _decide_http(state: RunState, request: StepRequest, doc: dict[str, Any]) -> Decision:
+    """The policy's ``[http]`` decision on a captured request's method, host and path."""
+    parts = urllib.parse.urlsplit(request.args["url"])
+    method, host, path = request.args["method"], parts.netloc.rpartition("@")[2].lower(), parts.path or "/"
+    decision = state.policy.static_http_decision(method, host, path, request.side_effect)
+    if decision is not None:
+        return decision
+    auth = AuthorizationRequest(
+        kind="http",
+        name=f"{method} {host}{path}",
+        args={"method": method, "host": host, "path": path},
+        side_effect=request.side_effect,  # type: ignore[arg-type]
+    )
+    return state.policy.authorize(auth, _usage(state, doc))
+
+
+def _llm_limits(state: RunState, request: StepRequest) -> tuple[str, int]:
+    """The model and token cap the policy judges an LLM step by. A captured call that sets
+    no cap is judged as asking for none (0) unless the policy caps calls (llm.max_tokens):
+    then it is denied, since nothing bounds what it may use."""
+    args = request.args
+    max_tokens = args.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        cap = state.policy.llm_max_tokens() if request.perform is not None else None
+        if cap is not None:
+            raise StepFailure(
+                LLM_MAX_TOKENS,
+                f"the call sets no max_tokens; llm.max_tokens is {cap}",
+                requested=None,
+                limit=cap,
+            )
+        max_tokens = 0
+    return str(args["model"]), max_tokens
 
 
 def _check_approval(state: RunState, step: int, request: StepRequest, doc: dict[str, Any], decision: Decision) -> None:
@@ -330,28 +393,51 @@ def _check_approval(state: RunState, step: int, request: StepRequest, doc: dict[
 
 def count_recorded(state: RunState, doc: Mapping[str, Any]) -> None:
     """Account a step answered from the recording in the budgets, as the live one was."""
-    if doc.get("kind") not in ("tool", "fs", "llm") or doc.get("attempts", 0) == 0:
+    if doc.get("kind") not in ("tool", "fs", "llm", "http") or doc.get("attempts", 0) == 0:
         return
     with state.lock:
         state.effect_count += 1
         if doc.get("kind") == "llm":
             state.llm_calls += 1
-            _account_llm(state, doc.get("result"))
+            args = doc.get("args")
+            model = args.get("model") if isinstance(args, dict) else None
+            result = doc.get("result")
+            if isinstance(args, dict) and "url" in args and isinstance(result, dict):
+                result = result.get("llm")  # a captured call: its answer's part
+            _account_llm(state, result, model if isinstance(model, str) else None)
 
 
-def _account_llm(state: RunState, response: Any) -> None:
-    if not isinstance(response, dict):
-        return
-    usage = response.get("usage")
-    if isinstance(usage, dict):
-        tokens = 0
-        for key, value in usage.items():
-            if key in ("input_tokens", "output_tokens") and isinstance(value, int):
-                tokens += value
-        state.tokens += tokens
-    cost = response.get("cost_micro_usd")
-    if isinstance(cost, int) and not isinstance(cost, bool):
+def _account_llm(state: RunState, response: Any, model: str | None) -> None:
+    """Add an LLM response's tokens and cost to the run's counters (the caller holds the
+    lock). Unknown figures add nothing: :func:`_check_usage` has failed the live step whose
+    budget needed them."""
+    tokens = tokens_of(response)
+    if tokens is not None:
+        state.tokens += tokens[0] + tokens[1]
+    cost = cost_of(response, state.policy.price(model) if model is not None else None)
+    if cost is not None:
         state.cost_micro_usd += cost
+
+
+def _check_usage(state: RunState, response: Any, model: str | None) -> None:
+    """An LLM response must say what a budget of the run needs (item: never a silent zero)."""
+    policy = state.policy
+    if policy.budget("tokens") is not None and tokens_of(response) is None:
+        usage = response.get("usage") if isinstance(response, dict) else None
+        raise StepFailure(
+            LLM_USAGE_UNKNOWN,
+            "a tokens budget is set and the response's usage is in no known shape "
+            "(prompt_tokens/completion_tokens or input_tokens/output_tokens)",
+            usage_keys=sorted(usage) if isinstance(usage, dict) else None,
+        )
+    if policy.budget("cost_micro_usd") is not None:
+        price = policy.price(model) if model is not None else None
+        if cost_of(response, price) is None:
+            raise StepFailure(
+                LLM_COST_UNKNOWN,
+                f"a cost budget is set and neither the response nor llm.prices gives the cost of {model!r}",
+                model=model,
+            )
 
 
 # -- EXECUTE -------------------------------------------------------------------------------
@@ -363,6 +449,22 @@ def execute(state: RunState, step: int, request: StepRequest, key: str | None) -
         tool = request.tool
         assert tool is not None
         return _run_tool(state, tool, request.args, key)
+    perform = request.perform
+    if perform is not None:
+        try:
+            result = perform()
+        except StepFailure:
+            raise
+        except Exception as exc:
+            raise StepFailure(HTTP_TRANSPORT_ERROR, f"{type(exc).__name__}: {exc}", exception=type(exc).__name__) from None
+        # Only an answer carries usage (a 429 or a 5xx does not): it is under "llm".
+        llm_result = result.get("llm") if kind == "llm" and isinstance(result, dict) else None
+        if llm_result is not None:
+            model = request.args["model"]
+            _check_usage(state, llm_result, model)
+            with state.lock:
+                _account_llm(state, llm_result, model)
+        return result, 1
     if kind == "llm":
         provider = env.toolkit.llm
         if provider is None:
@@ -373,8 +475,9 @@ def execute(state: RunState, step: int, request: StepRequest, key: str | None) -
             raise StepFailure(LLM_PROVIDER_ERROR, f"{type(exc).__name__}: {exc}", exception=type(exc).__name__) from None
         if not isinstance(response, dict) or not isinstance(response.get("content"), str):
             raise StepFailure(LLM_RESPONSE_INVALID, "the provider must return {'content': str, ...}")
+        _check_usage(state, response, request.args["model"])
         with state.lock:
-            _account_llm(state, response)
+            _account_llm(state, response, request.args["model"])
         return response, 1
     if kind == "clock.now":
         return env.clock_ms(), 1
@@ -417,6 +520,7 @@ def _run_tool(state: RunState, tool: Tool, args: Mapping[str, Any], key: str | N
                 exception=type(exc).__name__,
                 attempt=attempt,
             )
+            last.__cause__ = exc  # its traceback is journaled, audit only
             retryable = isinstance(exc, policy.retry_on)
         if not retryable:
             break

@@ -64,7 +64,8 @@ class Pipeline(RunState):
             judge_gather(self, first, requests)
             if self.is_usable(first):
                 recorded_order = recording.gather_orders.get(first)
-        if recorded_order is not None and all(self._is_recorded(step) for step in steps):
+        # A fork point inside a gather can leave the recorded order naming other members.
+        if recorded_order is not None and sorted(recorded_order) == steps and all(self._is_recorded(step) for step in steps):
             for step in recorded_order:
                 outcomes[step] = self._capture(step, requests[step - first])
             order = list(recorded_order)

@@ -27,13 +27,18 @@ class StepRequest:
     ``random``, ``uuid``, ``sleep``), ``name``, ``args`` and, for tools, the registered
     :class:`Tool` and its side-effect class.
 
+    ``perform`` is set by a door that captures an exchange it does not run itself (an HTTP
+    request, kind ``http``, or an LLM call made over HTTP, kind ``llm``): EXECUTE calls it,
+    after the policy allowed the step and its intent is durable, and it returns the result
+    document (or raises a ``StepFailure``). Replay never calls it.
+
     ``canonical`` and ``args_hash`` are the arguments' canonical bytes and their hash, or
     None when the arguments are not canonical JSON (``problem`` then says why; PARSE turns
     it into ``ARGS_NOT_JSON``). A proposal is not canonicalized: PARSE reads it and makes
     the tool request it proposes, which is.
     """
 
-    __slots__ = ("args", "args_hash", "canonical", "kind", "name", "problem", "side_effect", "tool")
+    __slots__ = ("args", "args_hash", "canonical", "kind", "name", "perform", "problem", "side_effect", "tool")
 
     def __init__(
         self,
@@ -42,8 +47,10 @@ class StepRequest:
         args: Any,
         side_effect: str = "read_only",
         tool: Tool | None = None,
+        perform: Callable[[], Any] | None = None,
     ) -> None:
         self.kind = kind
+        self.perform = perform
         self.name = name
         self.args = args
         self.side_effect = side_effect

@@ -76,13 +76,13 @@ CONSTRAINT_KEYS: Final = (
 )
 _TYPES: Final = ("string", "integer", "number", "boolean", "array", "object", "null")
 _SIDE_EFFECTS: Final = ("read_only", "idempotent", "irreversible")
-_KINDS: Final = ("tool", "llm", "fs")
+_KINDS: Final = ("tool", "llm", "fs", "http")
 _MAX_NESTING: Final = 64
 #: Most decisions Policy.static_decision keeps (it starts over past this).
 _STATIC_DECISIONS: Final = 1024
 _EXTENSION = re.compile(r"\.[^./\\\x00]+")
 
-RequestKind = Literal["tool", "llm", "fs"]
+RequestKind = Literal["tool", "llm", "fs", "http"]
 
 # -- step codes (all DENIED: they end a step in the AUTHORIZE phase) -------------------------
 
@@ -119,6 +119,11 @@ FS_OPERATION_NOT_ALLOWED = register_code(
     "POLICY_FS_OPERATION_NOT_ALLOWED",
     Outcome.DENIED,
     "the filesystem operation is not in the policy's fs.operations",
+)
+HTTP_NOT_ALLOWED = register_code(
+    "POLICY_HTTP_NOT_ALLOWED",
+    Outcome.DENIED,
+    "no http.allow rule matches the request's host, method and path (deny by default)",
 )
 
 # -- load errors ----------------------------------------------------------------------------
@@ -331,9 +336,13 @@ def _json_value(value: object, path: str, depth: int = 0) -> Any:
 
 # -- normalization --------------------------------------------------------------------------
 
-_TOP_KEYS: Final = ("version", "approval_for_irreversible", "tools", "llm", "budgets", "fs")
+_TOP_KEYS: Final = ("version", "approval_for_irreversible", "tools", "llm", "budgets", "fs", "http")
 _TOOL_KEYS: Final = ("name", "allow", "approval", "strict_args", "args")
-_LLM_KEYS: Final = ("allow", "models", "max_tokens")
+_LLM_KEYS: Final = ("allow", "models", "max_tokens", "prices")
+_PRICE_KEYS: Final = ("input", "output")
+_HTTP_KEYS: Final = ("allow",)
+_HTTP_RULE_KEYS: Final = ("host", "methods", "paths", "class")
+_HTTP_METHODS: Final = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
 _FS_KEYS: Final = ("operations", "max_file_bytes", "extensions", "approval")
 
 
@@ -360,7 +369,7 @@ def _normalize(raw: object) -> dict[str, Any]:
             },
         )
     _table(top, "", _TOP_KEYS)
-    return {
+    document = {
         "version": version,
         "approval_for_irreversible": _bool(top, "approval_for_irreversible", "", False),
         "tools": _normalize_tools(top.get("tools"), "tools"),
@@ -368,6 +377,48 @@ def _normalize(raw: object) -> dict[str, Any]:
         "budgets": _normalize_budgets(top.get("budgets"), "budgets"),
         "fs": _normalize_fs(top.get("fs"), "fs"),
     }
+    # Written only when present, so that the hash of every policy without it is unchanged.
+    if top.get("http") is not None:
+        document["http"] = _normalize_http(top["http"], "http")
+    return document
+
+
+def _normalize_http(value: object, path: str) -> dict[str, Any]:
+    table = _table(value, path, _HTTP_KEYS)
+    rules: list[dict[str, Any]] = []
+    where = _join(path, "allow")
+    for index, raw in enumerate(_array(table.get("allow", []), where)):
+        at = _join(where, index)
+        rule = _table(raw, at, _HTTP_RULE_KEYS)
+        if "host" not in rule:
+            raise PolicyMissingKeyError(f"{_join(at, 'host')} is missing (name the host)", details={"path": _join(at, "host")})
+        host = _text(rule["host"], _join(at, "host"), non_empty=True).lower()
+        methods = [m.upper() for m in _string_set(rule.get("methods", ["GET"]), _join(at, "methods"))]
+        for position, method in enumerate(methods):
+            if method not in _HTTP_METHODS:
+                raise _value_error(
+                    _join(_join(at, "methods"), position),
+                    f"{method!r} is not one of {', '.join(_HTTP_METHODS)}",
+                )
+        paths = _string_set(rule.get("paths", ["/**"]), _join(at, "paths"))
+        for position, pattern in enumerate(paths):
+            if not pattern.startswith("/"):
+                raise _value_error(_join(_join(at, "paths"), position), "a path pattern starts with '/'")
+        side_effect = rule.get("class")
+        if side_effect is not None:
+            side_effect = _text(side_effect, _join(at, "class"))
+            if side_effect not in _SIDE_EFFECTS:
+                raise _value_error(_join(at, "class"), f"{side_effect!r} is not one of {', '.join(_SIDE_EFFECTS)}")
+        rules.append({"host": host, "methods": sorted(set(methods)), "paths": paths, "class": side_effect})
+    rules.sort(key=lambda rule: dumps(rule))
+    return {"allow": rules}
+
+
+def _path_pattern(pattern: str) -> re.Pattern[str]:
+    """``**`` matches anything (``/`` included), ``*`` anything within one segment."""
+    parts = re.split(r"(\*\*|\*)", pattern)
+    text = "".join(".*" if part == "**" else "[^/]*" if part == "*" else re.escape(part) for part in parts)
+    return re.compile(text)
 
 
 def _normalize_tools(value: object, path: str) -> list[dict[str, Any]]:
@@ -494,7 +545,20 @@ def _normalize_llm(value: object, path: str) -> dict[str, Any]:
             details={"path": _join(path, "models")},
         )
     max_tokens = _optional_count(table, "max_tokens", path, None)
-    return {"allow": allow, "models": models, "max_tokens": max_tokens}
+    document: dict[str, Any] = {"allow": allow, "models": models, "max_tokens": max_tokens}
+    if table.get("prices") is not None:
+        where = _join(path, "prices")
+        prices: dict[str, dict[str, int]] = {}
+        for model, raw in _table(table["prices"], where, None).items():
+            at = _join(where, model)
+            price = _table(raw, at, _PRICE_KEYS)
+            for key in _PRICE_KEYS:
+                if key not in price:
+                    raise PolicyMissingKeyError(f"{_join(at, key)} is missing (give both input and output)", details={"path": _join(at, key)})
+            prices[model] = {key: _count(price[key], _join(at, key)) for key in _PRICE_KEYS}
+        # Written only when present, so that the hash of every policy without it is unchanged.
+        document["prices"] = prices
+    return document
 
 
 def _normalize_budgets(value: object, path: str) -> dict[str, int | None]:
@@ -811,6 +875,10 @@ class Policy:
         # Without budgets, the usage never changes a decision (see static_decision).
         self._unbudgeted = all(limit is None for limit in self._doc["budgets"].values())
         self._static: dict[tuple[str, str, str, str | None, int | None], Decision] = {}
+        self._http_rules: list[tuple[dict[str, Any], list[re.Pattern[str]]]] = [
+            (rule, [_path_pattern(pattern) for pattern in rule["paths"]])
+            for rule in self._doc.get("http", {}).get("allow", [])
+        ]
 
     # -- loading --
 
@@ -914,6 +982,8 @@ class Policy:
             denial, approval, because = self._tool(request)
         elif request.kind == "llm":
             denial, approval, because = self._llm(request)
+        elif request.kind == "http":
+            denial, approval, because = self._http(request)
         else:
             denial, approval, because = self._fs(request)
         if denial is not None:
@@ -955,7 +1025,7 @@ class Policy:
         are computed once by :meth:`authorize` itself and memoized, which spares the
         runtime a request (whose arguments would be canonicalized again) per step.
         """
-        if not self._unbudgeted or kind not in _KINDS:
+        if not self._unbudgeted or kind not in _KINDS or kind == "http":
             return None
         # Exact types only: True == 1 as a dict key, but not as a request field.
         if type(name) is not str or type(side_effect) is not str:
@@ -1076,6 +1146,67 @@ class Policy:
                     f"the call requests {request.max_tokens} tokens; llm.max_tokens is {cap}",
                     requested=request.max_tokens,
                     limit=cap,
+                ),
+                False,
+                "",
+            )
+        return None, False, ""
+
+    def http_rule(self, method: str, host: str, path: str) -> dict[str, Any] | None:
+        """The first ``http.allow`` rule (in the document's order) that allows ``method`` on
+        ``host`` (``name`` or ``name:port``) and ``path``; None when none does."""
+        name = host.lower()
+        bare = name.rsplit(":", 1)[0] if ":" in name and not name.endswith("]") else name
+        for rule, patterns in self._http_rules:
+            if rule["host"] not in (name, bare) or method.upper() not in rule["methods"]:
+                continue
+            if any(pattern.fullmatch(path) for pattern in patterns):
+                return dict(rule)
+        return None
+
+    def llm_max_tokens(self) -> int | None:
+        """``llm.max_tokens``, the cap on one call's output tokens (None: no cap)."""
+        cap: int | None = self._doc["llm"]["max_tokens"]
+        return cap
+
+    def static_http_decision(self, method: str, host: str, path: str, side_effect: str) -> Decision | None:
+        """The decision on a captured HTTP request when no budget is set (then it depends
+        on nothing else: memoized like :meth:`static_decision`); None when one is."""
+        if not self._unbudgeted:
+            return None
+        key = ("http", f"{method} {host}{path}", side_effect, None, None)
+        decision = self._static.get(key)
+        if decision is None:
+            request = AuthorizationRequest(
+                "http",
+                f"{method} {host}{path}",
+                {"method": method, "host": host, "path": path},
+                side_effect,  # type: ignore[arg-type]
+            )
+            decision = self.authorize(request, Usage())
+            if len(self._static) >= _STATIC_DECISIONS:
+                self._static.clear()
+            self._static[key] = decision
+        return decision
+
+    def price(self, model: str) -> dict[str, int] | None:
+        """``llm.prices[model]`` (micro-USD per million input and output tokens), or None."""
+        prices: dict[str, dict[str, int]] | None = self._doc["llm"].get("prices")
+        if prices is None or model not in prices:
+            return None
+        return dict(prices[model])
+
+    def _http(self, request: AuthorizationRequest) -> tuple[Decision | None, bool, str]:
+        args = request.args
+        method, host, path = (str(args.get(key, "")) for key in ("method", "host", "path"))
+        if self.http_rule(method, host, path) is None:
+            return (
+                _deny(
+                    HTTP_NOT_ALLOWED,
+                    f"no http.allow rule allows {method} {host}{path} (deny by default)",
+                    method=method,
+                    host=host,
+                    path=path,
                 ),
                 False,
                 "",

@@ -98,14 +98,45 @@ def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, An
 def run_difference(a: RunRecord, b: RunRecord) -> dict[str, Any] | None:
     """:func:`first_difference` of two recorded runs, with ``diff``: the differing leaves
     of the recorded values behind it as JSON pointers (``/args/query`` in an effect,
-    ``/input/...``, ``/output/...``, ``/routing/...`` in the run), compared canonically."""
+    ``/input/...``, ``/output/...``, ``/routing/...`` in the run), compared canonically.
+
+    At a step, ``tool`` names the effect (``{"kind", "name", "class"}`` of the first run's,
+    or of the second's when the first has none). When every differing leaf of a result is
+    the step's own idempotency key in each run (a tool that echoes its key, which is made
+    from the run id), ``cause`` is ``"idempotency_key"`` and ``message`` says so."""
     difference = first_difference(projection_of(a), projection_of(b))
     if difference is None:
         return None
+    step = difference.get("step")
+    if difference["component"] == "effects" and isinstance(step, int):
+        named = a.effects.get(step) or b.effects.get(step) or {}
+        difference["tool"] = {key: named.get(key) for key in ("kind", "name", "class")}
     values = _values_behind(a, b, difference)
     if values is not None:
         difference["diff"] = diff(*values)
+        if isinstance(step, int) and _only_keys_differ(a.effects.get(step), b.effects.get(step), difference["diff"]):
+            difference["cause"] = "idempotency_key"
+            difference["message"] = (
+                f"step {step}: the result of {difference['tool'].get('name')!r} differs only where it echoes "
+                "its idempotency key, which is made from the run id"
+            )
     return difference
+
+
+def _only_keys_differ(ea: Mapping[str, Any] | None, eb: Mapping[str, Any] | None, changes: list[dict[str, Any]]) -> bool:
+    if ea is None or eb is None or not changes:
+        return False
+    key_a, key_b = ea.get("idempotency_key"), eb.get("idempotency_key")
+    if not isinstance(key_a, str) or not isinstance(key_b, str) or key_a == key_b:
+        return False
+    return all(
+        change["op"] == "changed"
+        and isinstance(change.get("recorded"), str)
+        and isinstance(change.get("requested"), str)
+        and change["recorded"].replace(key_a, key_b) == change["requested"]
+        and key_a in change["recorded"]
+        for change in changes
+    )
 
 
 def _values_behind(a: RunRecord, b: RunRecord, difference: Mapping[str, Any]) -> tuple[Any, Any] | None:

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracelock.core.fingerprint import value_hash
 from tracelock.runtime.records import RunRecord, load_run
 from tracelock.runtime.replay.compare import run_difference
 from tracelock.storage.directory import DirectoryStore
 
-__all__ = ["Attempt", "DriftReport", "compare_attempts", "detect_drift", "hash_seed"]
+__all__ = ["Attempt", "DriftReport", "compare_attempts", "detect_drift", "drift_run_id", "hash_seed"]
 
 #: ``attempt(number, store_dir)`` records one run in a new store at ``store_dir`` and
 #: returns its run id.
@@ -52,6 +53,14 @@ class DriftReport:
             "drifted": self.drifted,
             "drift": self.drift,
         }
+
+
+def drift_run_id(agent: str, input: Any) -> str:
+    """The run id every attempt of a drift of ``agent`` on ``input`` records its run under
+    (each in its own store): ``"drift-"`` and 40 hex digits of ``H({"agent", "input"})``.
+    One id makes one default seed and one idempotency key per step for all attempts, so
+    neither ``ctx.random()``/``ctx.uuid()`` nor a tool echoing its key is seen as drift."""
+    return "drift-" + value_hash({"agent": agent, "input": input})[:40]
 
 
 def hash_seed(attempt: int) -> int:
@@ -105,15 +114,20 @@ def detect_drift(
     n: int,
     *,
     progress: Callable[[int, str | None], None] | None = None,
+    seed: str | None = None,
+    run_id: str | None = None,
 ) -> DriftReport:
     """Every attempt in this process: ``make_runtime(store)`` builds a runtime over a fresh
-    store for each run. Drift that depends on the process's hash seed cannot show here."""
+    store for each run. Drift that depends on the process's hash seed cannot show here.
+    Every attempt runs under one run id (``run_id``, by default :func:`drift_run_id` of the
+    agent's qualified name) and one ``seed`` (by default the one that id gives)."""
+    same_id = run_id or drift_run_id(f"{agent.__module__}:{agent.__qualname__}", input)
 
     def in_process(number: int, location: Path) -> str:
         store = DirectoryStore(location)
         runtime = make_runtime(store)
         try:
-            return str(runtime.run(agent, input).run_id)
+            return str(runtime.run(agent, input, run_id=same_id, seed=seed).run_id)
         finally:
             runtime.close()
             store.close()

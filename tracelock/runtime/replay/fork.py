@@ -15,6 +15,11 @@ A child cut short (a crash while it copied its prefix, or a suspension) is resum
 way: every step before the fork point is answered from the parent's record, never live, and
 copied into the child's journal if it is not there yet; a copy already there must equal the
 parent's step (:func:`child_recording`).
+
+Before anything is written, the fork point must lie within the parent (0 to the number of
+steps it recorded) and every irreversible effect the parent recorded at or after it (which
+the fork's live part will run again) needs consent: ``allow_irreversible``, or a policy that
+sends that effect to a human's approval. :func:`live_effects` lists those effects.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracelock.errors import UsageError
+from tracelock.errors import ReplayError, UsageError
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.policy.policy import Policy
@@ -34,7 +39,16 @@ from tracelock.runtime.runs.prefix import ForkPrefixError, child_recording
 if TYPE_CHECKING:
     from tracelock.runtime.runs.engine import Engine, RunResult
 
-__all__ = ["ForkRefusedError", "ForkPrefixError", "fork_run", "child_recording"]
+__all__ = [
+    "ForkConsentError",
+    "ForkPointError",
+    "ForkRefusedError",
+    "ForkPrefixError",
+    "child_recording",
+    "fork_plan",
+    "fork_run",
+    "live_effects",
+]
 
 #: Divergences that do not contradict the prefix: the code asks for more than the parent
 #: recorded (the fork runs it live) or for less (nothing live runs at all).
@@ -50,6 +64,72 @@ class ForkRefusedError(DivergenceError):
     code = "FORK_REFUSED"
 
 
+class ForkPointError(UsageError):
+    """The fork point is not a step of the parent: below 0, or past the step after its last."""
+
+    code = "FORK_POINT_OUT_OF_RANGE"
+
+
+class ForkConsentError(ReplayError):
+    """The fork's live part would run an irreversible effect again, and nobody consented:
+    no ``allow_irreversible`` and no approval for it in the policy. ``details["live"]``
+    lists the effects the live part would run. Nothing is written."""
+
+    code = "FORK_IRREVERSIBLE_NOT_ALLOWED"
+
+
+def live_effects(parent: RunRecord, at: int, policy: Policy | None = None) -> list[dict[str, Any]]:
+    """The steps the parent recorded at or after ``at``: what a fork at ``at`` runs live
+    (when the code requests them again), each ``{"step", "kind", "name", "class",
+    "approval"}``; ``approval`` says whether ``policy`` sends it to a human first."""
+    recorded = {**parent.pending, **parent.effects}
+    return [
+        {
+            "step": step,
+            "kind": recorded[step].get("kind"),
+            "name": recorded[step].get("name"),
+            "class": recorded[step].get("class"),
+            "approval": policy is not None and _needs_approval(policy, recorded[step]),
+        }
+        for step in sorted(recorded)
+        if step >= at
+    ]
+
+
+def fork_bounds(parent: RunRecord) -> int:
+    """The last valid fork point: the number of steps the parent recorded (a fork there
+    reuses every step)."""
+    steps = set(parent.effects) | set(parent.pending)
+    return max(steps) + 1 if steps else 0
+
+
+def _needs_approval(policy: Policy, effect: Mapping[str, Any]) -> bool:
+    document = policy.document
+    if effect.get("class") == "irreversible" and document.get("approval_for_irreversible"):
+        return True
+    if effect.get("kind") != "tool":
+        return False
+    return any(rule.get("name") == effect.get("name") and rule.get("approval") for rule in document.get("tools", []))
+
+
+def check_fork_point(parent: RunRecord, at: int) -> None:
+    last = fork_bounds(parent)
+    if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= last:
+        raise ForkPointError(
+            f"--at {at} is outside run {parent.run_id}: it recorded {last} step(s), so the fork point is 0 to {last}",
+            details={"run": parent.run_id, "at": at, "last": last},
+        )
+
+
+def fork_plan(runtime: Engine, run_id: str, at: int, policy: Policy | None = None) -> list[dict[str, Any]]:
+    """What a fork of ``run_id`` at ``at`` would run live (:func:`live_effects`), under
+    ``policy`` (by default the parent's); raises :class:`ForkPointError` for a point
+    outside the parent. Writes nothing."""
+    parent = load_run(runtime.store, run_id)
+    check_fork_point(parent, at)
+    return live_effects(parent, at, policy if policy is not None else runtime.policy_of(parent))
+
+
 def fork_run(
     runtime: Engine,
     run_id: str,
@@ -58,19 +138,33 @@ def fork_run(
     *,
     new_run_id: str | None = None,
     policy: Policy | None = None,
+    allow_irreversible: bool = False,
 ) -> RunResult:
     """``policy`` governs the live part; by default it is the policy the parent was
-    recorded under. Raises :class:`ForkRefusedError` when the code diverges before ``at``."""
+    recorded under. Raises :class:`ForkPointError` when ``at`` is not within the parent,
+    :class:`ForkConsentError` when the live part would run a recorded irreversible effect
+    again without ``allow_irreversible`` or the policy's approval, and
+    :class:`ForkRefusedError` when the code diverges before ``at``; in all three cases
+    before the child exists."""
     parent = load_run(runtime.store, run_id)
-    if at < 0:
-        raise UsageError("the fork point is a step number, 0 or more")
+    check_fork_point(parent, at)
+    policy = policy if policy is not None else runtime.policy_of(parent)
+    live = live_effects(parent, at, policy)
+    unconsented = [effect for effect in live if effect["class"] == "irreversible" and not effect["approval"]]
+    if unconsented and not allow_irreversible:
+        names = ", ".join(f"step {effect['step']} {effect['name']}" for effect in unconsented)
+        raise ForkConsentError(
+            f"fork of run {run_id} at step {at} would run irreversible effects again ({names}); "
+            "pass --allow-irreversible (allow_irreversible=True) to consent, or fork under a policy "
+            "that requires approval for them",
+            details={"run": run_id, "at": at, "live": live},
+        )
     func, name = runtime.agent_for(parent, agent)
     divergence = prefix_divergence(runtime, parent, func, at)
     if divergence is not None:
         raise ForkRefusedError(_refusal(divergence, run_id, at, None))
     child = new_run_id or runtime._ids()
     journal = RunJournal(runtime.store, child, strict=runtime.strict_durability)
-    policy = policy if policy is not None else runtime.policy_of(parent)
     seed = str(parent.start.get("seed"))
     start = journal.start(
         {
@@ -113,6 +207,7 @@ def fork_run(
         )
         raise ForkRefusedError(report) from None
     result.parent = {"run": run_id, "step": at, "reused_steps": list(ctx.reused)}
+    result.seed = seed
     return result
 
 

@@ -53,6 +53,9 @@ def replay_run(
 def replay_record(
     runtime: Engine, record: RunRecord, agent: Callable[..., Any] | str | None = None
 ) -> ReplayReport:
+    redacted = _redacted_input(record)
+    if redacted is not None:
+        return ReplayReport(record.run_id, False, (record.end or {}).get("fingerprint"), None, redacted)
     func, _ = runtime.agent_for(record, agent)
     name = record.agent  # the agent's identity is the recorded one; its code is what is tested
     recorded_end = record.end or {}
@@ -112,3 +115,21 @@ def replay_record(
             },
         )
     return ReplayReport(record.run_id, True, recorded_fp, result.fingerprint, None)
+
+
+def _redacted_input(record: RunRecord) -> dict[str, Any] | None:
+    """The report of a run whose input (or its whole start document) was redacted: the
+    code cannot be run on an input that is gone, so nothing is compared."""
+    start_gone = record.start.get("__tracelock__") is not None or "input" not in record.start
+    marker = record.start if start_gone else record.input
+    if not isinstance(marker, dict) or marker.get("__tracelock__") not in ("redacted", "missing"):
+        return None
+    state = marker["__tracelock__"]
+    return {
+        "message": f"run {record.run_id}: its input is {state} (hash {marker.get('hash')}), "
+        "so it cannot be replayed; the rest of its record still verifies",
+        "step": None,
+        "kind": f"{state}_input",
+        "recorded": {"input": marker},
+        "requested": None,
+    }

@@ -23,6 +23,7 @@ from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.entry import ADMIN_RUN, valid_run_id
 from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.runtime.doors.context import AsyncRunContext, RunContext
+from tracelock.runtime.doors.current import running
 from tracelock.runtime.doors.files import sandbox_tools
 from tracelock.runtime.doors.routing import IntentRouter, candidates_for
 from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent
@@ -37,7 +38,7 @@ from tracelock.runtime.outcomes import Outcome, register_code
 from tracelock.runtime.pipeline.state import Environment
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
-from tracelock.runtime.records import RunJournal, RunRecord, load_run
+from tracelock.runtime.records import RunJournal, RunRecord, audit_traceback, load_run
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.runs.prefix import child_recording
 from tracelock.runtime.strict import guard as strict_mode
@@ -46,10 +47,19 @@ from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
 from tracelock.storage.defaults import wall_clock_ms
-from tracelock.storage.errors import RunNotFoundError
+from tracelock.storage.errors import RunNotFoundError, StoreFormatError, StorePermissionError
 from tracelock.storage.open import open_store
 
-__all__ = ["Engine", "RunResult", "AsyncRunContext", "resolve_agent_path", "result_from_record"]
+__all__ = [
+    "Engine",
+    "RunExistsError",
+    "RunResult",
+    "AsyncRunContext",
+    "default_seed",
+    "seed_of",
+    "resolve_agent_path",
+    "result_from_record",
+]
 
 AGENT_RAISED = register_code("AGENT_RAISED", Outcome.EXECUTION_ERROR, "the agent raised an exception that was not a step failure")
 OUTPUT_NOT_JSON = register_code("OUTPUT_NOT_JSON", Outcome.EXECUTION_ERROR, "the agent returned a value that is not canonical JSON")
@@ -64,6 +74,55 @@ POLICY_KIND = "policy.register"
 
 #: Strict mode for runtimes that do not say (the test suite turns it on).
 STRICT_BY_DEFAULT = False
+
+
+class RunExistsError(RunStateError):
+    """A new run was asked for under the id of a run the store already holds."""
+
+    code = "RUN_ALREADY_EXISTS"
+
+
+def seed_of(text: str) -> str:
+    """The recorded form of a seed given by a caller: 64 lowercase hex digits are taken as
+    they are (so a recorded seed given again is the same seed); any other non-empty
+    string ``s`` becomes ``H({"seed": s})``."""
+    if not isinstance(text, str) or not text:
+        raise AgentDefinitionError("a seed is a non-empty string")
+    if len(text) == 64 and all(char in "0123456789abcdef" for char in text):
+        return text
+    return value_hash({"seed": text})
+
+
+def default_seed(run_id: str) -> str:
+    """The seed of a run that was given none: ``H({"run": run_id})``. The run id comes from
+    the runtime's injected id source (or the caller), so every run draws other values from
+    ``ctx.random()`` and ``ctx.uuid()``, and the seed is a pure function of the id."""
+    return value_hash({"run": run_id})
+
+
+def _exists_message(record: RunRecord) -> str:
+    run_id = record.run_id
+    if record.status in TERMINAL_STATES:
+        how = (
+            f"it has ended ({record.status}); `tracelock retrieve {run_id}` shows its result, "
+            f"`tracelock fork {run_id} --at STEP` continues it as a new run; or choose another --run-id"
+        )
+    else:
+        how = f"it is {record.status}; `tracelock resume {run_id}` continues it (Runtime.resume in Python)"
+    return f"run {run_id!r} already exists: {how}"
+
+
+def _open_location(location: str | os.PathLike[str]) -> Store:
+    try:
+        return open_store(location)
+    except (FileExistsError, NotADirectoryError):
+        raise StoreFormatError(
+            f"{os.fspath(location)} is not a store: a file is in the way of the store directory"
+        ) from None
+    except PermissionError as exc:
+        raise StorePermissionError(f"cannot open the store at {os.fspath(location)}: {exc.strerror}") from None
+    except OSError as exc:
+        raise StoreFormatError(f"cannot open the store at {os.fspath(location)}: {exc.strerror or exc}") from None
 
 
 @dataclass
@@ -81,6 +140,10 @@ class RunResult:
     waiting_step: int | None = None
     parent: dict[str, Any] | None = None
     effects: list[dict[str, Any]] = field(default_factory=list)
+    #: The agent's traceback when it raised (audit only: journaled as a ``run.traceback``
+    #: entry, never hashed into the fingerprint).
+    traceback: str | None = None
+    seed: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -97,6 +160,8 @@ class RunResult:
             "error": self.error,
             "waiting_step": self.waiting_step,
             "parent": self.parent,
+            "traceback": self.traceback,
+            "seed": self.seed,
         }
 
 
@@ -138,7 +203,7 @@ class Engine:
             raise ValueError("durability is 'auto' or 'strict'")
         self._owns_store = not isinstance(store, Store)
         self.store: Store = (
-            store if isinstance(store, Store) else open_store(store if store is not None else ".tracelock")
+            store if isinstance(store, Store) else _open_location(store if store is not None else ".tracelock")
         )
         self.policy = _load_policy(policy)
         self.toolkit = Toolkit(llm=llm)
@@ -201,6 +266,11 @@ class Engine:
             self.toolkit.add(tool)
 
     # -- running -----------------------------------------------------------------------
+    def new_run_id(self) -> str:
+        """A run id from the runtime's id source, for a caller that must name a run before
+        it starts (the CLI, to say which run an interrupt left unfinished)."""
+        return self._ids()
+
     def run(
         self,
         agent: Callable[..., Any] | str,
@@ -212,6 +282,10 @@ class Engine:
         _annotations: dict[str, Any] | None = None,
     ) -> RunResult:
         """Run ``agent(ctx, input)`` as a new recorded run.
+
+        ``seed`` feeds ``ctx.random()`` and ``ctx.uuid()``; it is part of the run's
+        configuration and recorded in its start. Without one, the seed is derived from the
+        run id (:func:`default_seed`), so every run gets its own values.
 
         With ``idempotency_key``, submitting the same key again never starts a second run:
         it returns the result of the run the key started (if it ended) or continues it (if
@@ -236,8 +310,8 @@ class Engine:
                     return result_from_record(existing)
                 return self.resume(derived, func)
             run_id = derived
-        elif run_id is not None and self._existing(run_id) is not None:
-            raise AgentDefinitionError(f"run {run_id!r} already exists; use resume() to continue it")
+        elif run_id is not None and (clash := self._existing(run_id)) is not None:
+            raise RunExistsError(_exists_message(clash), details={"run": run_id, "status": clash.status})
         checked = False
         if run_id is None:
             run_id = self._ids()
@@ -247,7 +321,7 @@ class Engine:
             checked = self._ids is _default_ids
         if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
-        seed = seed or value_hash({"agent": name, "input": input_hash})
+        seed = seed_of(seed) if seed is not None else default_seed(run_id)
         self._record_policy()
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
         start = journal.start(
@@ -267,7 +341,9 @@ class Engine:
             self.environment, run_id=run_id, input=input, seed=seed, policy=self.policy, journal=journal,
             start_ms=start.ts, annotations=_annotations,
         )
-        return self._drive(ctx, func, name, input, journal, status="running", input_hash=input_hash)
+        result = self._drive(ctx, func, name, input, journal, status="running", input_hash=input_hash)
+        result.seed = seed
+        return result
 
     def send_intent(self, intent: str, payload: Any = None, *, run_id: str | None = None) -> RunResult:
         """Route ``payload`` to the agents that handle ``intent`` (priority, then version,
@@ -326,6 +402,7 @@ class Engine:
         caller has it already."""
         outcome, code, output, error = "SUCCESS", None, None, None
         output_hash = None
+        trace: str | None = None
         if self.strict:
             strict_mode.install()  # guards modules imported since the last run
         try:
@@ -361,6 +438,9 @@ class Engine:
             raise
         except Exception as exc:
             outcome, code, error = "EXECUTION_ERROR", AGENT_RAISED.code, f"{type(exc).__name__}: {exc}"
+            trace = audit_traceback(exc)
+            if journal is not None:
+                journal.traceback({"step": None, "where": "agent", "exception": type(exc).__name__, "traceback": trace})
         effects = [ctx.effects[s] for s in sorted(ctx.effects)]
         projection = run_projection(
             agent=name,
@@ -394,6 +474,7 @@ class Engine:
             fingerprint=digest,
             error=error,
             effects=effects,
+            traceback=trace,
         )
 
     def _existing(self, run_id: str) -> RunRecord | None:
@@ -537,6 +618,7 @@ class Engine:
             raise
         if prefix is not None:
             result.parent = {"run": prefix.run, "step": prefix.before, "reused_steps": sorted(ctx.reused)}
+        result.seed = str(record.start.get("seed"))
         return result
 
     def policy_of(self, record: RunRecord) -> Policy:
@@ -578,7 +660,8 @@ def _judged_call(func: Callable[..., Any], ctx: RunContext, input: Any, *, stric
     """Call the agent; once the context has detected a divergence, that first divergence is
     the verdict, however the agent ended (returned, raised something else, suspended)."""
     try:
-        output = _call_agent(func, ctx, input, strict=strict)
+        with running(ctx.pipeline):  # doors made outside the run find it (HTTP capture)
+            output = _call_agent(func, ctx, input, strict=strict)
     except KeyboardInterrupt:
         raise
     except BaseException:
@@ -657,6 +740,8 @@ def result_from_record(record: RunRecord) -> RunResult:
         waiting_step=record.waiting_step,
         parent=record.parent,
         effects=[record.effects[s] for s in sorted(record.effects)],
+        traceback=record.agent_traceback,
+        seed=record.start.get("seed") if isinstance(record.start.get("seed"), str) else None,
     )
 
 

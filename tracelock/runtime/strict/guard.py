@@ -59,7 +59,16 @@ from tracelock.analysis.rules import RULES_BY_ID, Rule, Target, TargetKind, matc
 from tracelock.errors import RuntimeFault
 from tracelock.runtime.strict import source
 
-__all__ = ["NondeterminismError", "install", "agent_code", "runtime_code", "active", "unguarded_targets"]
+__all__ = [
+    "NondeterminismError",
+    "install",
+    "agent_code",
+    "runtime_code",
+    "active",
+    "unguarded_targets",
+    "allow_library",
+    "door_receiver",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,6 +154,22 @@ def _given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return sum(1 for value in args if value is not None) + sum(1 for value in kwargs.values() if value is not None)
 
 
+#: Tests of objects whose methods are doors (a captured HTTP client): what library code
+#: does inside such a method, with no agent frame below it, is the door's work.
+_DOOR_RECEIVERS: list[Callable[[Any], bool]] = []
+
+
+def door_receiver(predicate: Callable[[Any], bool]) -> None:
+    """Register ``predicate``: a method of an object it accepts is a door (the HTTP capture
+    registers "a client all of whose transports capture")."""
+    if predicate not in _DOOR_RECEIVERS:
+        _DOOR_RECEIVERS.append(predicate)
+
+
+def _is_door(receiver: Any) -> bool:
+    return any(predicate(receiver) for predicate in _DOOR_RECEIVERS)
+
+
 def _guard_call(original: Callable[..., Any], rule: Rule, target: Target, name: str, *, method: bool) -> Callable[..., Any]:
     def guard(*args: Any, **kwargs: Any) -> Any:
         if _ACTIVE.get() is not None:
@@ -192,6 +217,32 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 _LIBRARY: dict[str, bool] = {}
+
+#: Libraries whose own calls of some rules are not the agent's (see allow_library).
+_ALLOWED_LIBRARY_RULES: dict[str, tuple[str, ...]] = {}
+
+
+def allow_library(package: str, rule_prefixes: tuple[str, ...]) -> None:
+    """Let calls that ``package``'s own code makes (no agent frame below them) through for
+    the rules whose id starts with one of ``rule_prefixes``. The HTTP capture registers an
+    LLM SDK this way for its ids, clocks and retry jitter, which reach neither the recorded
+    request nor a decision; its network access still has to go through the capture."""
+    _ALLOWED_LIBRARY_RULES[package] = tuple(sorted(set(_ALLOWED_LIBRARY_RULES.get(package, ())) | set(rule_prefixes)))
+
+
+def _allowed_library_frame(frame: FrameType, module: object, rule_id: str) -> bool:
+    """A library's own frame that is let through: the library is allowed the rule, or the
+    frame is a method of a door (a captured HTTP client)."""
+    if _library_allows(module, rule_id):
+        return True
+    return bool(_DOOR_RECEIVERS) and _is_door(frame.f_locals.get("self"))
+
+
+def _library_allows(module: object, rule_id: str) -> bool:
+    if not isinstance(module, str) or not _ALLOWED_LIBRARY_RULES:
+        return False
+    prefixes = _ALLOWED_LIBRARY_RULES.get(module.partition(".")[0])
+    return prefixes is not None and rule_id.startswith(prefixes)
 
 
 def _passes_through(module: object) -> bool:
@@ -249,7 +300,7 @@ def _verdict(
             # The runtime called the agent from here (a callback the agent scheduled on the
             # event loop has the runtime below it, not the frame that entered agent code).
             break
-        elif _passes_through(module):
+        elif _passes_through(module) or (not agent_frames and _allowed_library_frame(frame, module, rule.id)):
             return None
         elif not _is_library(code.co_filename):
             agent_frames.append(frame)
