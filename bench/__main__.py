@@ -12,7 +12,7 @@ import json
 import sys
 
 #: Benchmark modules run by ``python -m bench``, in order.
-MODULES = ["canonical", "journal", "runtime", "recovery", "merkle", "scan", "evidence"]
+MODULES = ["canonical", "journal", "runtime", "recovery", "merkle", "scan", "evidence", "capture"]
 
 
 def main(argv: list[str] | None = None) -> int:

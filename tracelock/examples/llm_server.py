@@ -3,10 +3,13 @@
 It speaks enough of three wire formats for the official SDKs to work unmodified: OpenAI
 chat completions (``POST /v1/chat/completions``) and responses (``POST /v1/responses``), and
 Anthropic messages (``POST /v1/messages``), each as JSON or, with ``"stream": true``, as
-server-sent events. The answer is ``"echo: "`` and the last user text; usage counts words.
+server-sent events; ``POST /plain/events`` with ``{"n": N}`` streams ``data: 0`` to
+``data: N-1``. The answer is ``"echo: "`` and the last user text; usage counts words.
 Two switches make failures on purpose: :meth:`LLMServer.fail_next` answers the next requests
 with the given statuses (a 429 says ``retry-after-ms: 1``), and the model ``"cut"`` makes a
-stream stop after two events without finishing.
+stream stop after two events without finishing. :meth:`LLMServer.hold_streams` makes every
+stream pause after its first event until the returned event is set (or a bounded wait ends),
+so a test can see whether the first event reached the client before the server sent the rest.
 
     with LLMServer() as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test")
@@ -144,7 +147,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         text = "echo: " + _last_text(body)
         usage = {"in": len(_last_text(body).split()) + 3, "out": len(text.split())}
         stream = bool(body.get("stream"))
-        if self.path.endswith("/chat/completions"):
+        if self.path.startswith("/plain/events"):
+            count = int(body.get("n", 3)) if isinstance(body, dict) else 3
+            document, events = None, [f"data: {number}\n\n".encode() for number in range(count)]
+            stream = True
+        elif self.path.endswith("/chat/completions"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             document, events = _chat(model, text, usage, stream, include)
         elif self.path.endswith("/responses"):
@@ -175,9 +182,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.end_headers()
-        for event in events:
+        for number, event in enumerate(events):
             self.wfile.write(event)
             self.wfile.flush()
+            hold = owner.hold
+            if number == 0 and hold is not None:
+                released = hold.wait(owner.hold_timeout)
+                with owner.lock:
+                    owner.held.append(released)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -195,6 +207,10 @@ class LLMServer:
         #: Every request received: path, headers, raw body.
         self.requests: list[dict[str, Any]] = []
         self.failures: list[int] = []
+        self.hold: threading.Event | None = None
+        self.hold_timeout = 0.0
+        #: Per held stream: whether it was released before the bounded wait ended.
+        self.held: list[bool] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -208,6 +224,14 @@ class LLMServer:
         """Answer the next ``len(statuses)`` requests with these statuses."""
         with self.lock:
             self.failures.extend(statuses)
+
+    def hold_streams(self, timeout: float = 10.0) -> threading.Event:
+        """Make every stream wait after its first event until the returned event is set, at
+        most ``timeout`` seconds (then it goes on, and :attr:`held` says it was not
+        released)."""
+        self.hold_timeout = timeout
+        self.hold = threading.Event()
+        return self.hold
 
     def start(self) -> Self:
         server = _Server(("127.0.0.1", self._port), _Handler)

@@ -60,7 +60,14 @@ from tracelock.storage.errors import (
 )
 from tracelock.storage.fileio import OS_FILES, FileIO
 from tracelock.storage.files import fsync_dir, write_durably
-from tracelock.storage.index import LOCATION, Index, IndexedPayload, RunRow, row_difference
+from tracelock.storage.index import (
+    LOCATION,
+    Index,
+    IndexedPayload,
+    RunRow,
+    row_difference,
+    typed_run_row,
+)
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -87,6 +94,8 @@ _INDEX_BATCH = 2048
 _PAYLOAD_CACHE = 65536
 _NUL = b"\0"
 _NEWLINE = b"\n"
+#: A run's entries spanning at most this many journal bytes are read with one pread.
+_BATCH_READ_BYTES = 1 << 16
 #: How many of the newest entry locations an open checks against the journal.
 _SPOT_CHECK = 64
 
@@ -1046,11 +1055,10 @@ class DirectoryStore:
     def entries(self, run: str) -> list[Entry]:
         self._prepare_read()
         with self._index_lock:
-            locations = self._index.entry_locations(run)
-            row = self._index.run_row(run)
+            row, locations = self._index.run_row_and_locations(run)
         if not locations and row is None:
             raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
-        entries = [self._read_entry(offset, length) for offset, length in locations]
+        entries = self._read_entries(locations)
         problem = _run_problem(run, row, entries)
         if problem is not None:
             raise self._tampered(problem)
@@ -1069,12 +1077,35 @@ class DirectoryStore:
             raise self._tampered(entry)
         return entry
 
+    def _read_entries(self, locations: list[tuple[int, int]]) -> list[Entry]:
+        """The entries at ``locations``; one read covers them all when they lie close
+        together (a run's entries usually do), each checked as :meth:`_read_entry` checks it."""
+        if not locations:
+            return []
+        low, high = locations[0][0], 0
+        for offset, length in locations:
+            if offset < low:
+                low = offset
+            if offset + length > high:
+                high = offset + length
+        base = low - 1 if low else 0
+        if high + 1 - base > _BATCH_READ_BYTES:
+            return [self._read_entry(offset, length) for offset, length in locations]
+        raw = self._file.pread(high + 1 - base, base)
+        return [self._entry_in(raw, base, offset, length) for offset, length in locations]
+
     def _read_entry(self, offset: int, length: int) -> Entry:
-        before = 1 if offset else 0
-        raw = self._file.pread(length + 1 + before, offset - before)
-        if raw[:before] != _NEWLINE[:before] or raw[-1:] != _NEWLINE or len(raw) != length + 1 + before:
+        base = offset - 1 if offset else 0
+        return self._entry_in(self._file.pread(offset + length + 1 - base, base), base, offset, length)
+
+    def _entry_in(self, raw: bytes, base: int, offset: int, length: int) -> Entry:
+        """The entry at ``offset`` in ``raw`` (the file's bytes from ``base``): it must be one
+        whole record, a newline on each side (none before it at the start of the file)."""
+        at = offset - base
+        end = at + length
+        if end >= len(raw) or raw[end] != 10 or (offset and raw[at - 1] != 10):
             raise self._tampered(f"it places an entry at bytes {offset}-{offset + length}, which is not one journal record")
-        line = raw[before:-1]
+        line = raw[at:end]
         try:
             return parse_entry(line)
         except EntryFormatError as exc:
@@ -1215,33 +1246,32 @@ def _end_of(item: tuple[int, Any]) -> int:
     return item[0]
 
 
-def _run_problem(run: str, row: RunRow | None, entries: list[Entry]) -> str | None:
+def _run_problem(run: str, row: tuple[Any, ...] | None, entries: list[Entry]) -> str | None:
     """What a run's row and entry locations state that its entries (read at those
     locations) contradict."""
+    status, agent, parent = "created", None, None
     for position, entry in enumerate(entries):
         if entry.run != run or entry.i != position:
             return (
                 f"it lists the entry at seq {entry.seq} (run {entry.run}, index {entry.i}) as entry "
                 f"{position} of run {run}"
             )
-    if row is None:
-        return f"it lists entries of run {run} but has no row for it"
-    if not entries:
-        return f"it has a row for run {run} but no entry locations"
-    first, last = entries[0], entries[-1]
-    status, agent, parent = "created", None, None
-    for entry in entries:
         meta = entry.meta
         if meta:
             value = meta.get("status")
             if isinstance(value, str):
                 status = value
-            if entry.i == 0 and isinstance(meta.get("agent"), str):
+            if position == 0 and isinstance(meta.get("agent"), str):
                 agent = meta["agent"]
+    if row is None:
+        return f"it lists entries of run {run} but has no row for it"
+    if not entries:
+        return f"it has a row for run {run} but no entry locations"
+    first, last = entries[0], entries[-1]
     if first.meta and isinstance(first.meta.get("parent"), str):
         parent = first.meta["parent"]
     actual: RunRow = (
         run, agent, parent, status, first.ts, last.ts, first.seq, last.seq, len(entries), last.hash,
         int(last.kind in TERMINAL_KINDS),
     )
-    return row_difference(row, actual)
+    return None if row == actual else row_difference(typed_run_row(row), actual)

@@ -318,6 +318,17 @@ class Index:
         row = self._db.execute(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run = ?", (run,)).fetchone()
         return None if row is None else _run_row(row)
 
+    def run_row_and_locations(self, run: str) -> tuple[tuple[Any, ...] | None, list[tuple[int, int]]]:
+        """:meth:`run_row` and :meth:`entry_locations` of ``run`` in one query (the read
+        path of every run asks for both). The row is as SQLite gives it, not yet typed
+        (:func:`typed_run_row`): a reader that finds it equal to the row its entries give
+        has no need to."""
+        rows = self._db.execute(_ROW_AND_SPANS, (run,)).fetchall()
+        if not rows:
+            return None, []
+        unpack = _LOCATION.iter_unpack
+        return rows[0][:11], [location for row in rows if row[11] is not None for location in unpack(row[11])]
+
     def last_block(self) -> tuple[int, bytes] | None:
         """The newest ``seq_blocks`` row: (first seq, packed locations)."""
         row = self._db.execute(
@@ -384,6 +395,11 @@ class Index:
             yield bytes(digest)
 
 
+def typed_run_row(row: Sequence[Any]) -> RunRow:
+    """A run row as SQLite gave it, with the types :data:`RunRow` states."""
+    return _run_row(row)
+
+
 def _run_row(row: Sequence[Any]) -> RunRow:
     return (
         str(row[0]),
@@ -401,6 +417,10 @@ def _run_row(row: Sequence[Any]) -> RunRow:
 
 
 _ROW_NAMES = RUN_ROW_COLUMNS.split(", ")
+_ROW_AND_SPANS = (
+    "SELECT " + ", ".join(f"r.{name}" for name in _ROW_NAMES) + ", s.locations FROM runs r "
+    "LEFT JOIN run_spans s ON s.run_id = r.id WHERE r.run = ? ORDER BY s.first_seq"
+)
 
 
 def row_difference(stated: RunRow, actual: RunRow) -> str | None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracelock.integrations.http.errors import CaptureOutsideRunError
+from tracelock.integrations.http.errors import CaptureOutsideRunError, CaptureStreamOpenError
 
 __all__ = [
     "AsyncHttpx2Transport",
     "AsyncHttpxTransport",
     "CaptureOutsideRunError",
+    "CaptureStreamOpenError",
     "Httpx2Transport",
     "HttpxTransport",
     "capture",

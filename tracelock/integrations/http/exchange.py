@@ -35,7 +35,7 @@ from tracelock.runtime.pipeline.codes import HTTP_CONNECT_ERROR, HTTP_TIMEOUT, H
 from tracelock.runtime.pipeline.request import StepRequest
 from tracelock.runtime.policy.policy import Policy
 
-__all__ = ["Options", "make_request", "make_result", "body_of", "chunks_of", "failure_of", "READ_ONLY_METHODS"]
+__all__ = ["Options", "StreamRecorder", "asks_for_stream", "is_stream", "make_request", "make_result", "body_of", "chunks_of", "failure_of", "READ_ONLY_METHODS"]
 
 READ_ONLY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -121,6 +121,73 @@ def _is_stream(header_pairs: list[tuple[str, str]]) -> bool:
     )
 
 
+class StreamRecorder:
+    """A server-sent-event response read into its result document event by event:
+    :meth:`feed` takes the raw (possibly encoded) bytes as they come and returns the events
+    they completed; :meth:`finish` makes the result. One chunk per event (up to and with its
+    blank line), however the network cut the bytes: the recording does not depend on packet
+    boundaries."""
+
+    def __init__(self, status: int, header_pairs: list[tuple[str, str]], options: Options, api: str | None) -> None:
+        self.status = status
+        self.api = api
+        self.headers = _result_headers(header_pairs, options)
+        self.chunks: list[str] = []
+        self._decoder = _decoder(header_pairs)
+        self._text = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = ""
+
+    def feed(self, raw: bytes) -> list[str]:
+        start = len(self.chunks)
+        data = self._decoder.decompress(raw) if self._decoder is not None else raw
+        self._pending = _split_events(self._pending + self._text.decode(data), self.chunks)
+        return self.chunks[start:]
+
+    def finish(self, error: dict[str, Any] | None, *, closed: bool = False, taken: int | None = None) -> dict[str, Any]:
+        """The result: every event fed (and, unless the caller ``closed`` the stream before
+        its end was read, the unfinished one the stream ended with; then only the ``taken``
+        first events, those the caller got), cut off by ``error`` if not None (``complete``
+        is false then)."""
+        if closed and taken is not None:
+            del self.chunks[taken:]  # read from the network, never given to the caller
+        if not closed:
+            self._pending = _split_events(self._pending + self._text.decode(b"", final=True), self.chunks)
+            if self._pending:
+                self.chunks.append(self._pending)  # an event the stream did not finish
+            self._pending = ""
+        result: dict[str, Any] = {"status": self.status, "headers": self.headers}
+        result.update(chunks=list(self.chunks), complete=error is None, error=error)
+        if closed:
+            result["closed"] = True
+        if self.api is not None and 200 <= self.status < 300:
+            result["llm"] = answer_of(self.api, None, sse_events("".join(self.chunks)))
+        return result
+
+
+def _result_headers(header_pairs: list[tuple[str, str]], options: Options) -> dict[str, str]:
+    decoder = _decoder(header_pairs)
+    encoding = next((value.lower() for name, value in header_pairs if name.lower() == "content-encoding"), "")
+    keep_encoding = bool(encoding) and encoding != "identity" and decoder is None
+    return header_rules.response_headers(header_pairs, secret=options.secret, keep_encoding=keep_encoding)
+
+
+def asks_for_stream(header_pairs: Iterable[tuple[str, str]], content: bytes) -> bool:
+    """Whether a request asks for an event stream: its ``accept`` header names
+    ``text/event-stream``, or its body is a JSON object with ``"stream": true`` (the LLM
+    APIs). Only such a request's answer is given to the caller while it is read."""
+    if any(name.lower() == "accept" and "text/event-stream" in value.lower() for name, value in header_pairs):
+        return True
+    if b'"stream"' not in content:
+        return False
+    is_json, body = _json(content)
+    return is_json and isinstance(body, dict) and body.get("stream") is True
+
+
+def is_stream(header_pairs: list[tuple[str, str]]) -> bool:
+    """Whether a response is a server-sent-event stream (recorded chunk by chunk)."""
+    return _is_stream(header_pairs)
+
+
 def make_result(
     status: int,
     header_pairs: list[tuple[str, str]],
@@ -133,34 +200,17 @@ def make_result(
     stream is kept chunk by chunk; an exception while reading a stream ends it, recorded
     as cut off with ``on_error``'s description; one while reading a whole body fails the
     step."""
-    decoder = _decoder(header_pairs)
-    encoding = next((value.lower() for name, value in header_pairs if name.lower() == "content-encoding"), "")
-    keep_encoding = bool(encoding) and encoding != "identity" and decoder is None
-    result: dict[str, Any] = {
-        "status": status,
-        "headers": header_rules.response_headers(header_pairs, secret=options.secret, keep_encoding=keep_encoding),
-    }
     if _is_stream(header_pairs):
-        # One chunk per event (up to and with its blank line), however the network cut the
-        # bytes: the recording does not depend on packet boundaries.
-        text = codecs.getincrementaldecoder("utf-8")("replace")
-        chunks: list[str] = []
+        recorder = StreamRecorder(status, header_pairs, options, api)
         error: dict[str, Any] | None = None
-        pending = ""
         try:
             for raw in raw_chunks:
-                pending += text.decode(decoder.decompress(raw) if decoder is not None else raw)
-                pending = _split_events(pending, chunks)
+                recorder.feed(raw)
         except Exception as exc:
             error = on_error(exc)
-        pending += text.decode(b"", final=True)
-        pending = _split_events(pending, chunks)
-        if pending:
-            chunks.append(pending)  # an event the stream did not finish
-        result.update(chunks=chunks, complete=error is None, error=error)
-        if api is not None and 200 <= status < 300:
-            result["llm"] = answer_of(api, None, sse_events("".join(chunks)))
-        return result
+        return recorder.finish(error)
+    decoder = _decoder(header_pairs)
+    result: dict[str, Any] = {"status": status, "headers": _result_headers(header_pairs, options)}
     data = b"".join(raw_chunks)
     if decoder is not None:
         data = decoder.decompress(data) + decoder.flush()

@@ -12,6 +12,7 @@ from typing import Any
 import httpx2
 
 from tracelock.integrations.http.exchange import Options
+from tracelock.integrations.http.live import AsyncLiveStream, LiveStream
 from tracelock.integrations.http.transport import (
     AsyncCore,
     AsyncRecordedStream,
@@ -31,6 +32,14 @@ class _AsyncStream(AsyncRecordedStream, httpx2.AsyncByteStream):
     pass
 
 
+class _LiveStream(LiveStream, httpx2.SyncByteStream):
+    pass
+
+
+class _AsyncLiveStream(AsyncLiveStream, httpx2.AsyncByteStream):
+    pass
+
+
 class Httpx2Transport(httpx2.BaseTransport, Capturing):
     """Wraps ``wrapped`` (by default a new ``httpx2.HTTPTransport()``): inside a run, every
     request is a step of the run; outside one, requests are refused
@@ -47,7 +56,7 @@ class Httpx2Transport(httpx2.BaseTransport, Capturing):
     ) -> None:
         options = Options(pass_through=pass_through, secret_headers=secret_headers, ignore_headers=ignore_headers)
         self.wrapped = wrapped if wrapped is not None else httpx2.HTTPTransport()
-        self._core = SyncCore(httpx2, self.wrapped, options, _Stream)
+        self._core = SyncCore(httpx2, self.wrapped, options, _Stream, _LiveStream)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = self._core.send(request)
@@ -70,7 +79,7 @@ class AsyncHttpx2Transport(httpx2.AsyncBaseTransport, Capturing):
     ) -> None:
         options = Options(pass_through=pass_through, secret_headers=secret_headers, ignore_headers=ignore_headers)
         self.wrapped = wrapped if wrapped is not None else httpx2.AsyncHTTPTransport()
-        self._core = AsyncCore(httpx2, self.wrapped, options, _AsyncStream)
+        self._core = AsyncCore(httpx2, self.wrapped, options, _AsyncStream, _AsyncLiveStream)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response: httpx2.Response = await self._core.send(request)

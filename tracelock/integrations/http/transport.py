@@ -16,17 +16,22 @@ from typing import Any
 from tracelock.integrations.http.errors import CaptureOutsideRunError
 from tracelock.integrations.http.exchange import (
     Options,
+    StreamRecorder,
+    asks_for_stream,
     body_of,
     chunks_of,
     error_doc,
     failure_of,
+    is_stream,
     make_request,
     make_result,
 )
+from tracelock.integrations.http.live import futures, offer, start
 from tracelock.runtime.doors.current import current_pipeline
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.pipeline.codes import HTTP_CONNECT_ERROR, HTTP_TIMEOUT, HTTP_TRANSPORT_ERROR
 from tracelock.runtime.pipeline.pipeline import Pipeline
+from tracelock.runtime.pipeline.request import StepRequest
 from tracelock.runtime.strict.guard import allow_library, door, door_receiver, runtime_code
 
 __all__ = ["SyncCore", "AsyncCore", "Capturing", "RecordedStream", "AsyncRecordedStream", "is_captured"]
@@ -103,15 +108,17 @@ def _replay(chunks: list[bytes], error: Exception | None) -> Iterator[bytes]:
 
 
 class _Core:
-    __slots__ = ("lib", "options", "stream", "wrapped")
+    __slots__ = ("lib", "live", "options", "stream", "wrapped")
 
-    def __init__(self, lib: Any, wrapped: Any, options: Options, stream: type[Any]) -> None:
+    def __init__(self, lib: Any, wrapped: Any, options: Options, stream: type[Any], live: type[Any]) -> None:
         _register()
         self.lib = lib
         self.wrapped = wrapped
         self.options = options
         #: The library's byte-stream class the recorded body is given back through.
         self.stream = stream
+        #: The library's byte-stream class a live stream is given to the caller through.
+        self.live = live
 
     def _step(self, pipeline: Pipeline, request: Any, content: bytes, perform: Any) -> Any:
         return make_request(
@@ -148,9 +155,40 @@ class _Core:
             return None
         return _raised(self.lib, str(error.get("exception")), str(error.get("message", "")), request)
 
+    def _streams_live(self, step: StepRequest, response: Any) -> bool:
+        """Whether ``response`` is handed to the caller while it is read: a server-sent-event
+        stream of a step whose result need not be durable before the caller sees it (an
+        irreversible one's must: it is read whole first)."""
+        return step.side_effect != "irreversible" and is_stream(response.headers.multi_items())
+
+    def _go_live(self, live: Any, pipeline: Pipeline, request: Any, ready: Any, outcome: Any) -> Any:
+        live.outcome = outcome
+        live.raise_failure = lambda exc: self._failure(exc, request) if isinstance(exc, StepError) else exc
+        with pipeline.lock:
+            pipeline.open_stream = live
+        offer(ready, live)
+        result: dict[str, Any] = live.result.result()
+        return result
+
+    def _answer(self, outcome: Any, request: Any) -> Any:
+        try:
+            result: dict[str, Any] = outcome.result()
+        except StepError as error:
+            raise self._failure(error, request) from None
+        return self._response(result, request, self.stream(self, result, request))
+
+    def _live_response(self, live: Any, request: Any) -> Any:
+        recorder = live.recorder
+        return self.lib.Response(recorder.status, headers=list(recorder.headers.items()), stream=live, request=request)
+
+    def _recorder(self, response: Any, api: str | None) -> StreamRecorder:
+        return StreamRecorder(response.status_code, response.headers.multi_items(), self.options, api)
+
 
 class SyncCore(_Core):
-    """``handle_request`` of a capturing ``BaseTransport``."""
+    """``handle_request`` of a capturing ``BaseTransport``. The step runs in a thread of its
+    own, so that a streamed response can reach the caller while the step is still in
+    EXECUTE (see ``live.py``)."""
 
     __slots__ = ()
 
@@ -162,32 +200,51 @@ class SyncCore(_Core):
                 return self.wrapped.handle_request(request)
             raise _outside(request)
         content = request.read()
-        api: list[str | None] = [None]
+        made: list[StepRequest] = []
+        ready: list[Any] = []
+        outcome: list[Any] = []
+        streaming = asks_for_stream(request.headers.multi_items(), content)
 
         def perform() -> dict[str, Any]:
             try:
                 response = self.wrapped.handle_request(request)
             except Exception as exc:
                 raise failure_of(exc) from None
+            step = made[0]
+            api = step.name if step.kind == "llm" else None
+            if streaming and self._streams_live(step, response):
+                live = self.live(pipeline, self._recorder(response, api), response,
+                                 lambda result: self._stream_error(result, request))
+                return self._go_live(live, pipeline, request, ready[0], outcome[0])  # type: ignore[no-any-return]
             try:
                 chunks, error = _collect(iter(response.stream))
             finally:
                 response.close()
-            return self._result(response, api[0], _replay(chunks, error))
+            return self._result(response, api, _replay(chunks, error))
 
-        step = self._step(pipeline, request, content, perform)
-        api[0] = step.name if step.kind == "llm" else None
-        try:
-            result: dict[str, Any] = pipeline.run(step)
-        except StepError as error:
-            raise self._failure(error, request) from None
-        return self._response(result, request, self.stream(self, result, request))
+        made.append(self._step(pipeline, request, content, perform))
+        if not streaming:
+            # A request that does not ask for a stream runs its step on the caller's thread
+            # (an event stream answering it anyway is read whole).
+            try:
+                result: dict[str, Any] = pipeline.run(made[0])
+            except StepError as error:
+                raise self._failure(error, request) from None
+            return self._response(result, request, self.stream(self, result, request))
+        done, now = futures()
+        outcome.append(done)
+        ready.append(now)
+        start(pipeline, made[0], done, now)
+        live = now.result()
+        if live is not None:
+            return self._live_response(live, request)
+        return self._answer(done, request)
 
 
 class AsyncCore(_Core):
-    """``handle_async_request`` of a capturing ``AsyncBaseTransport``. The pipeline runs in
-    a worker thread (it blocks on journal syncs); the wrapped transport runs on the
-    caller's event loop."""
+    """``handle_async_request`` of a capturing ``AsyncBaseTransport``. The step runs in a
+    thread of its own (the pipeline blocks on journal syncs); the wrapped transport runs on
+    the caller's event loop."""
 
     __slots__ = ()
 
@@ -199,14 +256,22 @@ class AsyncCore(_Core):
             raise _outside(request)
         content = await request.aread()
         loop = asyncio.get_running_loop()
-        api: list[str | None] = [None]
+        made: list[StepRequest] = []
+        ready: list[Any] = []
+        outcome: list[Any] = []
 
-        async def exchange() -> dict[str, Any]:
+        async def exchange() -> Any:
             with runtime_code():  # the pipeline's EXECUTE, run on the caller's loop
                 try:
                     response = await self.wrapped.handle_async_request(request)
                 except Exception as exc:
                     raise failure_of(exc) from None
+            step = made[0]
+            api = step.name if step.kind == "llm" else None
+            if self._streams_live(step, response):
+                return self.live(pipeline, self._recorder(response, api), response,
+                                 lambda result: self._stream_error(result, request))
+            with runtime_code():
                 chunks: list[bytes] = []
                 error: Exception | None = None
                 try:
@@ -216,19 +281,24 @@ class AsyncCore(_Core):
                     error = exc
                 finally:
                     await response.aclose()
-                return self._result(response, api[0], _replay(chunks, error))
+            return self._result(response, api, _replay(chunks, error))
 
         def perform() -> dict[str, Any]:
-            return asyncio.run_coroutine_threadsafe(exchange(), loop).result()
+            got = asyncio.run_coroutine_threadsafe(exchange(), loop).result()
+            if isinstance(got, dict):
+                return got
+            return self._go_live(got, pipeline, request, ready[0], outcome[0])  # type: ignore[no-any-return]
 
-        step = self._step(pipeline, request, content, perform)
-        api[0] = step.name if step.kind == "llm" else None
-        try:
-            with runtime_code():  # a door's own work: the thread is the runtime's
-                result: dict[str, Any] = await asyncio.to_thread(pipeline.run, step)
-        except StepError as error:
-            raise self._failure(error, request) from None
-        return self._response(result, request, self.stream(self, result, request))
+        made.append(self._step(pipeline, request, content, perform))
+        done, now = futures()
+        outcome.append(done)
+        ready.append(now)
+        with runtime_code():  # a door's own work: the thread is the runtime's
+            start(pipeline, made[0], done, now)
+        live = await asyncio.wrap_future(now)
+        if live is not None:
+            return self._live_response(live, request)
+        return self._answer(done, request)
 
 
 class RecordedStream:

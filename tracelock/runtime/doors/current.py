@@ -7,9 +7,7 @@ The engine enters the run around the agent's call; an ``async`` agent's tasks in
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 
 from tracelock.runtime.pipeline.pipeline import Pipeline
 
@@ -23,11 +21,19 @@ def current_pipeline() -> Pipeline | None:
     return _CURRENT.get()
 
 
-@contextlib.contextmanager
-def running(pipeline: Pipeline) -> Iterator[Pipeline]:
-    """Make ``pipeline`` the current run's for the duration of the block."""
-    token = _CURRENT.set(pipeline)
-    try:
-        yield pipeline
-    finally:
-        _CURRENT.reset(token)
+class running:  # lower case: used as a function, ``with running(pipeline):``
+    """Make ``pipeline`` the current run's for the duration of the block (a plain class:
+    it is entered once per run, where a generator-based context manager costs more)."""
+
+    __slots__ = ("_pipeline", "_token")
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    def __enter__(self) -> Pipeline:
+        self._token = _CURRENT.set(self._pipeline)
+        return self._pipeline
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
+        self._pipeline.end_stream()

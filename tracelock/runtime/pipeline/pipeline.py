@@ -33,6 +33,7 @@ class Pipeline(RunState):
         if self.divergence is not None:
             raise Diverged(self.divergence)
         if step is None:
+            self.finish_stream()
             step = receive(self)
         recording = self.recording
         if recording is not None and (self.fork_before is None or step < self.fork_before):
@@ -55,6 +56,7 @@ class Pipeline(RunState):
         count different from the recorded gather's."""
         if self.divergence is not None:
             raise Diverged(self.divergence)
+        self.finish_stream()
         first = receive(self, len(requests))
         steps = list(range(first, first + len(requests)))
         outcomes: dict[int, tuple[bool, Any]] = {}
@@ -101,6 +103,19 @@ class Pipeline(RunState):
                 raise value
             results.append(value)
         return results
+
+    def finish_stream(self) -> None:
+        """Finish the response a caller is still reading (its step is in EXECUTE), so that
+        the next step is numbered and journaled after it."""
+        stream = self.open_stream
+        if stream is not None:
+            stream.before_step()
+
+    def end_stream(self) -> None:
+        """At the end of the agent: record a response still open as closed by the caller."""
+        stream = self.open_stream
+        if stream is not None:
+            stream.abandon()
 
     def _capture(self, step: int, request: StepRequest) -> tuple[bool, Any]:
         try:

@@ -6,7 +6,7 @@ import concurrent.futures
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
@@ -14,7 +14,7 @@ from tracelock.runtime.records import RunJournal, RunRecord
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.runtime.tools.tools import Tool
 
-__all__ = ["Environment", "ParentPrefix", "RunState"]
+__all__ = ["Environment", "OpenStream", "ParentPrefix", "RunState"]
 
 
 class Environment:
@@ -56,6 +56,18 @@ class ParentPrefix:
     copied: frozenset[int] = frozenset()
 
 
+class OpenStream(Protocol):
+    """A step whose result is still being read by the caller (a captured live stream,
+    ``tracelock/integrations/http/live.py``)."""
+
+    def before_step(self) -> None:
+        """Finish the stream (read it to its end and record the step) before another
+        step of the run starts, so that steps are journaled in order."""
+
+    def abandon(self) -> None:
+        """Record the stream as closed where the caller left it (the run ends)."""
+
+
 class RunState:
     """One run's pipeline state. The mode is given by what it is built with: no recording
     records; a recording with a journal resumes (``prefix``: a fork child's parent steps);
@@ -74,6 +86,7 @@ class RunState:
         "llm_calls",
         "lock",
         "next_step",
+        "open_stream",
         "patches",
         "policy",
         "prefix",
@@ -129,6 +142,8 @@ class RunState:
         self.patches: set[str] = set()
         #: The first divergence from the recording: the run's verdict once set.
         self.divergence: dict[str, Any] | None = None
+        #: A captured response being read by the caller while its step is in EXECUTE.
+        self.open_stream: OpenStream | None = None
 
     def is_usable(self, step: int) -> bool:
         """Whether the recording answers ``step`` (a fork reuses only the steps before its

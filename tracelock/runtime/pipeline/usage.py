@@ -40,10 +40,11 @@ def tokens_of(response: Any) -> tuple[int, int] | None:
                 return None
             if input_key == "input_tokens":
                 for extra in _INPUT_EXTRA:
-                    more = _count(usage.get(extra, 0))
-                    if more is None:
-                        return None
-                    tokens_in += more
+                    if extra in usage:
+                        more = _count(usage[extra])
+                        if more is None:
+                            return None
+                        tokens_in += more
             return tokens_in, tokens_out
     return None
 
@@ -56,8 +57,10 @@ def cost_of(response: Any, price: dict[str, int] | None) -> int | None:
         own = _count(response.get("cost_micro_usd"))
         if own is not None:
             return own
+    if price is None:
+        return None
     tokens = tokens_of(response)
-    if price is None or tokens is None:
+    if tokens is None:
         return None
     total = tokens[0] * price["input"] + tokens[1] * price["output"]
     return -(-total // 1_000_000)
