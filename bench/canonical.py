@@ -1,6 +1,9 @@
 """Canonical JSON speed: the reference ``rfc8785`` package, our exact path, our ``dumps``.
 
-``python -m bench.canonical [--quick] [--json]``. The contenders are timed in interleaved
+``python -m bench.canonical [--quick] [--json]``. Each object is timed twice: *seen*, the
+same object serialized over and over (``dumps`` remembers the floats it has proven), and
+*fresh*, a new object of the same shape for every call, with its own floats and strings
+(what a journal sees); fresh objects are built before each batch, outside the timing. The contenders are timed in interleaved
 rounds (each round times every contender once, in a rotating order), so that a busy machine
 slows all of them alike. Times are medians over rounds of the mean time per call, measured
 with ``time.perf_counter_ns`` over a batch sized to last a few milliseconds; speedups are
@@ -10,6 +13,8 @@ medians over rounds of the ratio measured within each round.
 from __future__ import annotations
 
 import gc
+import itertools
+import random
 import statistics
 import sys
 import time
@@ -74,6 +79,39 @@ def large_transcript(steps: int = 64) -> dict[str, Any]:
     }
 
 
+def fresh_step(rng: random.Random, n: int = 42) -> dict[str, Any]:
+    """:func:`typical_step` with its own ids, texts and floats: latencies, scores, costs and
+    probabilities at full precision or rounded, a few of them small."""
+    step = typical_step(n)
+    step["step_id"] = f"step_{rng.getrandbits(48):012x}"
+    step["parent"] = f"{rng.getrandbits(256):064x}"
+    step["args"]["temperature"] = round(rng.random(), 2)
+    step["args"]["top_p"] = rng.random() / 100
+    step["args"]["url"] = f"https://example.com/api/v1/search?q=caf%C3%A9&page={rng.randrange(100)}"
+    step["messages"][2]["content"] = f"1. Coût {rng.random():.4f} €. 2. Biais. 3. Sûreté — {n}."
+    step["messages"][3]["content"] = f"Größe: {rng.uniform(1, 64):.1f} kB; Zeit: {rng.random()} s ✓"
+    step["budget"]["cost_usd"] = round(rng.uniform(0, 0.05), 6)
+    step["budget"]["latency_s"] = rng.uniform(0.05, 30.0)
+    step["budget"]["score"] = rng.random()
+    return step
+
+
+def fresh_transcript(rng: random.Random, steps: int = 64) -> dict[str, Any]:
+    """:func:`large_transcript` made of :func:`fresh_step` steps."""
+    transcript = large_transcript(0)
+    transcript["steps"] = [fresh_step(rng, n) for n in range(steps)]
+    transcript["totals"] = {
+        "steps": steps,
+        "cost_usd": rng.uniform(0, 3),
+        "wall_s": rng.uniform(1, 60),
+    }
+    return transcript
+
+
+# Seeds are never reused, so no batch sees a float an earlier batch has seen.
+_SEEDS = itertools.count(1)
+
+
 def _orjson_unchecked(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
@@ -93,32 +131,48 @@ CONTENDERS: list[tuple[str, Callable[[Any], bytes]]] = [
 ]
 
 
-def _batch_ns(function: Callable[[Any], bytes], value: Any, calls: int) -> float:
+def _batch_ns(function: Callable[[Any], bytes], values: list[Any]) -> float:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         start = time.perf_counter_ns()
-        for _ in range(calls):
+        for value in values:
             function(value)
-        return (time.perf_counter_ns() - start) / calls
+        return (time.perf_counter_ns() - start) / len(values)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _measure(value: Any, rounds: int, batch_ms: float) -> dict[str, list[float]]:
+Make = Callable[[int], list[Any]]  # the values for a batch of so many calls
+
+
+def _measure(make: Make, rounds: int, batch_ms: float) -> dict[str, list[float]]:
     """Per-call microseconds of every contender, one sample per round."""
     calls: dict[str, int] = {}
     for name, function in CONTENDERS:
-        function(value)  # warm up
-        single = min(_batch_ns(function, value, 1) for _ in range(5))
+        function(make(1)[0])  # warm up
+        single = min(_batch_ns(function, make(1)) for _ in range(5))
         calls[name] = max(1, int(batch_ms * 1e6 / max(single, 1.0)))
     samples: dict[str, list[float]] = {name: [] for name, _ in CONTENDERS}
     for round_number in range(rounds):
         shift = round_number % len(CONTENDERS)
         for name, function in CONTENDERS[shift:] + CONTENDERS[:shift]:
-            samples[name].append(_batch_ns(function, value, calls[name]) / 1000)
+            values = make(calls[name])
+            samples[name].append(_batch_ns(function, values) / 1000)
     return samples
+
+
+def _seen(value: Any) -> Make:
+    return lambda calls: [value] * calls
+
+
+def _fresh(build: Callable[[random.Random], Any]) -> Make:
+    def make(calls: int) -> list[Any]:
+        rng = random.Random(next(_SEEDS))
+        return [build(rng) for _ in range(calls)]
+
+    return make
 
 
 def _ratio(samples: dict[str, list[float]], slow: str, fast: str) -> float:
@@ -129,18 +183,23 @@ def _ratio(samples: dict[str, list[float]], slow: str, fast: str) -> float:
 def run(quick: bool) -> dict[str, Any]:
     """Time every contender on the typical and the large object; print a table."""
     rounds, batch_ms = (7, 4.0) if quick else (31, 10.0)
-    objects = {"typical": typical_step(), "large": large_transcript()}
+    objects: dict[str, tuple[Any, Make]] = {
+        "typical": (typical_step(), _seen(typical_step())),
+        "typical_fresh": (fresh_step(random.Random(0)), _fresh(fresh_step)),
+        "large": (large_transcript(), _seen(large_transcript())),
+        "large_fresh": (fresh_transcript(random.Random(0)), _fresh(fresh_transcript)),
+    }
     figures: dict[str, Any] = {"rounds": rounds, "python": sys.version.split()[0]}
     header = (
-        f"{'object':<8} {'bytes':>7} {'rfc8785 us':>11} {'exact us':>9} {'dumps us':>9} "
+        f"{'object':<13} {'bytes':>7} {'rfc8785 us':>11} {'exact us':>9} {'dumps us':>9} "
         f"{'cold us':>8} {'orjson us':>10} {'rfc/dumps':>10} {'rfc/cold':>9} {'rfc/exact':>10}"
     )
     print(header)
-    for label, value in objects.items():
+    for label, (value, make) in objects.items():
         expected = rfc8785.dumps(value)
         if canonical.dumps(value) != expected or canonical._exact_dumps(value) != expected:
             raise AssertionError(f"{label}: output differs from rfc8785")
-        samples = _measure(value, rounds, batch_ms)
+        samples = _measure(make, rounds, batch_ms)
         times = {name: statistics.median(values) for name, values in samples.items()}
         row = {
             "bytes": len(expected),
@@ -155,14 +214,14 @@ def run(quick: bool) -> dict[str, Any]:
         }
         figures[label] = row
         print(
-            f"{label:<8} {row['bytes']:>7} {row['rfc8785_us']:>11.2f} {row['exact_us']:>9.2f} "
+            f"{label:<13} {row['bytes']:>7} {row['rfc8785_us']:>11.2f} {row['exact_us']:>9.2f} "
             f"{row['dumps_us']:>9.2f} {row['dumps_cold_us']:>8.2f} "
             f"{row['orjson_unchecked_us']:>10.2f} {row['speedup_dumps_vs_rfc8785']:>9.1f}x "
             f"{row['speedup_dumps_cold_vs_rfc8785']:>8.1f}x {row['speedup_exact_vs_rfc8785']:>9.2f}x"
         )
     print(
         "dumps: the figures in use (floats already proven are remembered); cold: that memo "
-        "emptied before every call"
+        "emptied before every call; *_fresh: a new object, new floats and strings, every call"
     )
     return figures
 

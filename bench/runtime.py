@@ -64,8 +64,36 @@ def run(quick: bool) -> dict[str, Any]:
             "journal_bytes_per_run": round(sizes["journal"] / runs),
             "index_bytes_per_run": round(sizes["index"] / runs),
         }
+    figures["replay_by_store_size"] = replay_by_store_size(quick)
     _print(figures)
     return figures
+
+
+def replay_by_store_size(quick: bool) -> dict[str, dict[str, float]]:
+    """CPU time (process time: the machine may be shared) of replaying runs spread over the
+    whole store, in stores of growing size, each reopened first: the first replay after
+    opening, then the mean of the others."""
+    sizes = (300, 3_000) if quick else (1_000, 10_000, 100_000)
+    sample = 100 if quick else 500
+    out: dict[str, dict[str, float]] = {}
+    for size in sizes:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TRACELOCK_BENCH_DIR")) as tmp:
+            store = Path(tmp) / "store"
+            runtime = Runtime(store, workload.POLICY, toolkits=(workload.kit,))
+            run_ids = [runtime.run(workload.agent_with_write, workload.task(number)).run_id for number in range(size)]
+            runtime.close()
+            picked = run_ids[:: max(1, size // sample)][:sample]
+            runtime = Runtime(store, workload.POLICY, toolkits=(workload.kit,))
+            started = time.process_time()
+            assert runtime.replay(picked[0], workload.agent_with_write).matched
+            first = time.process_time() - started
+            started = time.process_time()
+            for run_id in picked[1:]:
+                assert runtime.replay(run_id, workload.agent_with_write).matched
+            rest = (time.process_time() - started) / (len(picked) - 1)
+            runtime.close()
+        out[str(size)] = {"first_replay_cpu_us": round(first * 1e6), "replay_cpu_us": round(rest * 1e6, 1)}
+    return out
 
 
 def _print(figures: dict[str, Any]) -> None:
@@ -80,6 +108,11 @@ def _print(figures: dict[str, Any]) -> None:
             f"replay p50 {r['p50_us']} us  gate {f['replay_gate_runs_per_s']} runs/s  "
             f"journal {f['journal_bytes_per_run']} B/run  "
             f"index {f['index_bytes_per_run']} B/run"
+        )
+    for size, f in figures["replay_by_store_size"].items():
+        print(
+            f"replay in a store of {size:>6} runs: first after opening {f['first_replay_cpu_us']} us CPU, "
+            f"then {f['replay_cpu_us']} us CPU per run"
         )
 
 

@@ -420,7 +420,6 @@ def test_float_memo_holds_only_proven_floats() -> None:
     assert _fast_dumps(value) == expected  # cold: everything checked
     assert canonical._SAFE_FLOATS.issubset({0.7, 0.0012, 2.5, 0.1 + 0.2})
     for number in canonical._SAFE_FLOATS:
-        assert float.__repr__(number) == format_number(number)
         assert orjson.dumps(number) == format_number(number).encode()
     assert _fast_dumps(value) == expected  # warm
     assert _fast_dumps({"b": 2.5, "c": 0.25}) == b'{"b":2.5,"c":0.25}'  # partly warm
@@ -430,6 +429,26 @@ def test_float_memo_holds_only_proven_floats() -> None:
     canonical._SAFE_FLOATS.update(float(i) + 0.5 for i in range(canonical._SAFE_FLOATS_LIMIT + 1))
     assert _fast_dumps([0.125]) == b"[0.125]"
     assert sorted(canonical._SAFE_FLOATS) == [0.125]
+
+
+def test_fresh_floats_written_plain_are_proven_without_a_repair() -> None:
+    # Python writes 1.5e-05, ECMAScript and orjson 0.000015: the float is proven canonical
+    # from orjson's text alone and remembered, whatever its repr.
+    canonical._SAFE_FLOATS.clear()
+    value = {"p": [1.5e-05, 3.0517578125e-05, 0.00001], "q": 0.125}
+    assert _fast_dumps(value) == b'{"p":[0.000015,0.000030517578125,0.00001],"q":0.125}'
+    assert _fast_dumps(value) == _exact_dumps(value)
+    assert sorted(canonical._SAFE_FLOATS) == [0.00001, 1.5e-05, 3.0517578125e-05, 0.125]
+
+
+def test_float_repair_replaces_every_token_of_a_repeated_float() -> None:
+    canonical._SAFE_FLOATS.clear()
+    value = [1.0, 1.0, {"a": 1.0, "b": [1e-7, 1.0], "c": -0.0}, 1e-7, 0.5, 1.0]
+    expected = b'[1,1,{"a":1,"b":[1e-7,1],"c":0},1e-7,0.5,1]'
+    assert _fast_dumps(value) == expected == _exact_dumps(value)
+    assert _fast_dumps(2.0) == b"2"  # a root float: the token is the whole text
+    big = {"steps": [{"t": float(n), "u": n + 0.5, "s": "1.0"} for n in range(300)]}
+    assert _fast_dumps(big) == _exact_dumps(big)
 
 
 @pytest.mark.parametrize(

@@ -204,3 +204,50 @@ def test_orjson_writes_a_float_the_same_wherever_it_is(numbers: list[float]) -> 
     assert orjson.dumps(numbers) == b"[" + b",".join(alone) + b"]"
     nested = orjson.dumps({"a": [{"b": number} for number in numbers]}, option=OPTIONS)
     assert nested == b'{"a":[' + b",".join(b'{"b":' + text + b"}" for text in alone) + b"]}"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.one_of(
+        st.integers(0, 2**64 - 1).map(_double),
+        st.floats(1e-7, 1e17),
+        st.decimals(min_value=-(10**16), max_value=10**16, places=8, allow_nan=False).map(float),
+    )
+)
+def test_orjson_plain_float_text_is_canonical(number: float) -> None:
+    # The fast path takes a float token orjson writes in plain notation and not ending in
+    # ".0" as the canonical text: orjson's digits are the shortest that round-trip (closest
+    # to the value), and its plain notation stays within ECMAScript's plain range.
+    assume(math.isfinite(number))
+    text = orjson.dumps(number)
+    if b"e" in text or text.endswith(b".0"):
+        return
+    assert 1e-6 <= abs(number) < 1e16
+    assert text.decode() == format_number(number)
+
+
+FRESH = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FRESH
+@given(
+    st.lists(finite_floats, min_size=1, max_size=12),
+    st.lists(st.sampled_from(["1.0", "[1e-7]", ":0.5,", "x"]), max_size=2),
+    st.booleans(),
+)
+def test_fresh_floats_in_a_step_match_rfc8785(
+    numbers: list[float], notes: list[str], cold: bool
+) -> None:
+    # A journal step with floats dumps has not seen before (repeated inside the step, next
+    # to each other, at several depths), and strings that look like float tokens.
+    assume(not _in_plain_integer_gap(numbers))
+    if cold:
+        _SAFE_FLOATS.clear()
+    step = {
+        "args": {"temperature": numbers[0], "values": numbers, "notes": notes},
+        "budget": {"cost_usd": numbers[-1], "pair": [numbers[-1], numbers[0]]},
+        "seq": 7,
+    }
+    assert dumps(step) == rfc8785.dumps(step)
+    fast = _fast_dumps(step)
+    assert fast is None or fast == _exact_dumps(step)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from typing import Any
 
 import yaml
@@ -24,6 +25,23 @@ from tracelock.runtime.policy.policy import (
     Usage,
 )
 from tracelock.runtime.policy.sandbox import FS_OPERATIONS
+
+
+class _JsonNumberDumper(yaml.SafeDumper):
+    """PyYAML's dumper, told what the policy loader reads as a number: the loader follows
+    JSON and reads ``1e3`` and ``0E0`` (an exponent without a dot) as numbers, where YAML 1.1
+    reads strings, so a string of that shape must be written quoted to read back the same."""
+
+
+_JsonNumberDumper.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _dump_yaml(value: Any, **options: Any) -> str:
+    return yaml.dump(value, Dumper=_JsonNumberDumper, **options)
 
 KNOWN_KEYS = sorted(
     {
@@ -231,7 +249,7 @@ def test_valid_documents_hash_the_same_from_every_form(document: dict[str, Any])
     policy = Policy.from_mapping(document)
     assert Policy.from_mapping(policy.document).hash == policy.hash
     # (allow_unicode=True would emit a raw U+0085 that PyYAML reads back as a line break)
-    assert Policy.from_yaml(yaml.safe_dump(document)).hash == policy.hash
+    assert Policy.from_yaml(_dump_yaml(document)).hash == policy.hash
     assert Policy.from_yaml(json.dumps(document)).hash == policy.hash  # JSON is YAML
     if not has_null(document):
         assert Policy.from_toml(to_toml(document)).hash == policy.hash
@@ -344,7 +362,7 @@ def test_random_toml_text_loads_or_raises_policy_error(text: str) -> None:
 
 def yaml_or_nothing(value: Any) -> str:
     try:
-        return yaml.safe_dump(value, allow_unicode=True)
+        return _dump_yaml(value, allow_unicode=True)
     except (yaml.YAMLError, UnicodeError):  # sets, tuples, times... have no safe YAML form
         return ""
 
@@ -368,7 +386,7 @@ def test_mutated_policy_text_loads_or_raises_policy_error(
 ) -> None:
     text = data.draw(
         st.sampled_from(
-            [yaml.safe_dump(document), to_toml(document) if not has_null(document) else ""]
+            [_dump_yaml(document), to_toml(document) if not has_null(document) else ""]
         )
     )
     if text:
@@ -445,7 +463,7 @@ def check_decision(decision: Decision) -> None:
 @given(valid_documents, st.data())
 def test_authorize_is_deterministic(document: dict[str, Any], data: Any) -> None:
     policy = Policy.from_mapping(document)
-    twin = Policy.from_yaml(yaml.safe_dump(policy.document))
+    twin = Policy.from_yaml(_dump_yaml(policy.document))
     request = data.draw(requests(document))
     usage = data.draw(usages)
     first = policy.authorize(request, usage)

@@ -27,7 +27,7 @@ import math
 import re
 import sys
 from functools import partial
-from itertools import chain, compress, filterfalse
+from itertools import chain, compress
 from operator import is_
 from typing import Any, ClassVar, Final, NoReturn
 
@@ -411,14 +411,17 @@ def _fast_dumps(value: Any) -> bytes | None:
     1. It also writes ``uuid.UUID``, ``enum.Enum`` members and ``orjson.Fragment``
        without complaint (and tuples, as RFC 8785 arrays: fine). -> Check 1 looks at the
        type of every node.
-    2. It writes floats its own way (``1.0``, ``-0.0``, ``1e+16``, NaN as ``null``). ->
-       Check 2 compares its text of every float with the canonical one (remembering the
-       floats found equal), and repairs or declines.
+    2. It writes floats its own way (``1.0``, ``-0.0``, ``1e-7``, ``1e+16``, NaN as
+       ``null``). -> Check 2 finds the float tokens that can differ from the canonical
+       text (exponent notation, ``.0``, ``null``), and repairs them or declines; the other
+       floats are remembered as proven.
     3. It sorts keys by code point, RFC 8785 by UTF-16 code unit. -> Check 3.
 
     Beyond those tests, the argument assumes only that orjson writes a given double the
-    same way wherever it appears (also tested), and that on CPython ``gc.get_referents``
-    reports every value of a dict, list or tuple (tested).
+    same way wherever it appears, with the shortest digit string that round-trips and is
+    closest to the value (the digits ECMAScript and ``repr`` use), in plain notation only
+    within ECMAScript's plain range (all three tested, over every exponent), and that on
+    CPython ``gc.get_referents`` reports every value of a dict, list or tuple (tested).
     """
     try:
         out = orjson.dumps(value, option=_ORJSON_OPTIONS)
@@ -461,8 +464,8 @@ def _fast_dumps(value: Any) -> bytes | None:
     if not out.isascii() and _has_four_byte_sequence(out) and _non_bmp_key(value):
         return None
     # Check 2 (floats). Floats already proven exact by _settle_floats are remembered: a
-    # memo of a pure function of the double (finite, canonical text == repr == orjson's
-    # text). Distinct doubles compare equal only for 0.0 and -0.0, and neither ever enters.
+    # memo of a pure function of the double (finite, canonical text == orjson's text).
+    # Distinct doubles compare equal only for 0.0 and -0.0, and neither ever enters.
     if floats and not _SAFE_FLOATS.issuperset(floats):
         return _settle_floats(out, floats)
     return out
@@ -486,46 +489,49 @@ def _non_bmp_key(value: Any) -> bool:
 
 def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
     """Check 2: make every float token of ``out`` its RFC 8785 text, or decline."""
-    fresh = list(filterfalse(_SAFE_FLOATS.__contains__, floats)) if _SAFE_FLOATS else floats
     # orjson's float writer is a function of the double alone, so each float token in
     # ``out`` is the corresponding item of ``orjson.dumps(floats)``.
-    ours = ",".join(map(float.__repr__, fresh))
-    # Common case. A repr without "e" and without a trailing ".0" is a finite, non-integral
-    # number below 1e16 in plain notation (so below 2**52: no range issue); for those
-    # format_number returns the repr unchanged. ".0," occurs in ``ours + ","`` exactly when
-    # some repr ends with ".0", since a plain repr with a fraction never ends with "0".
-    # "n" catches "nan" and "inf". If orjson wrote the same texts, and the other floats are
-    # in the memo, ``out`` is already exact; the fresh floats join the memo.
-    if (
-        "e" not in ours
-        and "n" not in ours
-        and ".0," not in ours + ","
-        and orjson.dumps(fresh)[1:-1] == ours.encode()
-    ):
+    # Common case, settled without formatting a single float in Python (``float.__repr__``
+    # costs more than everything else here). orjson writes the shortest digit string that
+    # round-trips, the one closest to the value: the digits of ``repr`` and of ECMAScript
+    # (tested over every exponent, see test_orjson_plain_float_text_is_canonical). For a
+    # finite double it writes plain notation only for 1e-5 <= |x| < 1e16 (and 0), inside
+    # the range where ECMAScript writes plain notation (1e-6 <= |x| < 1e21), so such a
+    # token is the canonical text unless it ends in ".0" (an integral value, which
+    # ECMAScript writes without the fraction; every double in (2**53-1, 1e16) is integral,
+    # so no token left over is out of range). "e" catches exponent notation, "n" NaN and
+    # the infinities (orjson writes ``null``). Then ``out`` is exact; the floats join the memo.
+    # (An int operand makes ``in`` a memchr; a bytes one is several times slower.)
+    theirs = orjson.dumps(floats)
+    if _E not in theirs and _N not in theirs and b".0," not in theirs and b".0]" not in theirs:
         if len(_SAFE_FLOATS) > _SAFE_FLOATS_LIMIT:
             _SAFE_FLOATS.clear()
-        _SAFE_FLOATS.update(fresh)
+        _SAFE_FLOATS.update(floats)
         return out
-    # Repair. For each float whose orjson text T differs from the canonical text E, replace
-    # the token T by E. A regex finds T only where a token can be: after "[", ":" or "," (or
-    # at the start) and before ",", "]" or "}" (or at the end). Outside strings, text so
-    # delimited is a whole scalar token; T contains "." or "e" and is not true/false, so it
-    # is a float token, written T, hence a float in ``floats`` with orjson text T. A match
-    # cannot straddle a string boundary (T has no '"'). So the matches are every float token
-    # with a text in ``mapping`` plus any look-alikes inside strings. Their count equals
-    # ``expected`` (floats with T != E) only if there are no look-alikes and no other float
-    # shares a text in ``mapping``: then every replacement is right. Otherwise decline.
-    try:
-        texts = [_float_text(number) for number in floats]
-    except _Fault:
-        return None  # NaN, infinity or out-of-range: the exact path names it and where
-    theirs = orjson.dumps(floats)[1:-1].split(b",")
-    if len(theirs) != len(texts):
+    # Repair. Only a token with "e" or "n" in it, or ending in ".0", may differ from the
+    # canonical text (the argument above); the canonical text is computed for those alone.
+    # For each float whose orjson text T differs from its canonical text E, replace the
+    # token T by E. An occurrence of T counts only where a token can be: after "[", ":" or
+    # "," (or at the start) and before ",", "]" or "}" (or at the end). Outside strings,
+    # text so delimited is a whole scalar token; T contains "." or "e" and is not
+    # true/false, so it is a float token, written T, hence a float in ``floats`` with orjson
+    # text T. An occurrence cannot straddle a string boundary (T has no '"'). So the
+    # occurrences counted are every float token with a text in ``mapping`` plus any
+    # look-alikes inside strings. Their count equals ``expected`` (floats with T != E) only
+    # if there are no look-alikes and no other float shares a text in ``mapping``: then
+    # every replacement is right. Otherwise decline.
+    tokens = theirs[1:-1].split(b",")
+    if len(tokens) != len(floats):
         return None
     mapping: dict[bytes, bytes] = {}
     expected = 0
-    for token, text in zip(theirs, texts, strict=True):
-        canonical = text.encode("ascii")
+    for token, number in zip(tokens, floats, strict=True):
+        if _E not in token and _N not in token and not token.endswith(b".0"):
+            continue
+        try:
+            canonical = _float_text(number).encode("ascii")
+        except _Fault:
+            return None  # NaN, infinity or out-of-range: the exact path names it and where
         if token == canonical:
             continue
         if mapping.setdefault(token, canonical) != canonical or not _FLOAT_TOKEN.fullmatch(token):
@@ -533,13 +539,31 @@ def _settle_floats(out: bytes, floats: list[float]) -> bytes | None:
         expected += 1
     if not mapping:
         return out
-    alternatives = b"|".join(re.escape(token) for token in sorted(mapping))
-    pattern = re.compile(rb"(?:^|(?<=[\[:,]))(?:" + alternatives + rb")(?=[,\]}]|\Z)")
-    repaired, count = pattern.subn(lambda match: mapping[match.group()], out)
-    return repaired if count == expected else None
+    spans: list[tuple[int, bytes]] = []
+    for token in mapping:
+        at = out.find(token)
+        while at >= 0:
+            end = at + len(token)
+            if (at == 0 or out[at - 1] in b"[:,") and (end == len(out) or out[end] in b",]}"):
+                spans.append((at, token))
+            at = out.find(token, at + 1)
+    if len(spans) != expected:
+        return None
+    spans.sort()  # whole tokens, so they do not overlap
+    pieces: list[bytes] = []
+    last = 0
+    for at, token in spans:
+        pieces += (out[last:at], mapping[token])
+        last = at + len(token)
+    pieces.append(out[last:])
+    return b"".join(pieces)
 
 
-_FLOAT_TOKEN: Final = re.compile(rb"-?[0-9][0-9.e+\-]*[.e][0-9.e+\-]*")
+# The float tokens orjson may write differently from RFC 8785: integral ("1.0", "-0.0")
+# or in exponent notation ("1e-7", "1.5e+16").
+_FLOAT_TOKEN: Final = re.compile(rb"-?[0-9]+(?:\.0|(?:\.[0-9]+)?e[-+][0-9]+)")
+_E: Final = ord("e")
+_N: Final = ord("n")
 #: Floats proven to be written by orjson exactly as RFC 8785 writes them (see check 2).
 _SAFE_FLOATS: set[float] = set()
 _SAFE_FLOATS_LIMIT: Final = 4096  # emptied when it grows past this

@@ -113,6 +113,19 @@ class _PendingIndex:
         self.payloads: list[tuple[int, IndexedPayload]] = []
 
 
+class _RunPayloads:
+    """The payloads named by the run :meth:`DirectoryStore.entries` read last, located with
+    one index query when the first of them is read: reading a run then costs the same
+    whatever the store's size and whatever the payload cache holds (a cache miss would cost
+    a query and a filter built from every payload of the store)."""
+
+    __slots__ = ("digests", "locations")
+
+    def __init__(self, digests: list[bytes]) -> None:
+        self.digests = dict.fromkeys(digests)  # ordered, and O(1) to test
+        self.locations: dict[bytes, tuple[int, int]] | None = None
+
+
 class DirectoryStore:
     """A :class:`tracelock.storage.backend.Store` kept in one directory.
 
@@ -152,6 +165,7 @@ class DirectoryStore:
         #: True while every payload of the store is in ``_payloads`` (the store had none
         #: when opened, and the cache has not evicted any): a miss there is then an answer.
         self._payloads_complete = False
+        self._run_payloads = _RunPayloads([])
         self._tail_fragment: tuple[int, int] | None = None
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
@@ -997,10 +1011,7 @@ class DirectoryStore:
             or head[1:] != digest.hex().encode() + b" "
             or after != _NEWLINE
         ):
-            return (
-                f"it places payload {digest.hex()} at bytes {offset}-{offset + length}, which do "
-                "not hold that payload's record"
-            )
+            return _misplaced_payload(digest, offset, length)
         return None
 
     def _entry_start(self, seq: int) -> int | None:
@@ -1062,6 +1073,7 @@ class DirectoryStore:
         problem = _run_problem(run, row, entries)
         if problem is not None:
             raise self._tampered(problem)
+        self._run_payloads = _RunPayloads([bytes.fromhex(entry.payload) for entry in entries if entry.payload])
         return entries
 
     def entry_at(self, seq: int) -> Entry:
@@ -1176,15 +1188,47 @@ class DirectoryStore:
             return "present"
         return "missing"
 
+    def _run_payload_record(self, digest: bytes) -> tuple[int, bytes] | None:
+        """(offset, record) of a payload of the run read last, checked as one whole record of
+        that payload, in one read; None when it is not one of them or the index lacks it."""
+        run_payloads = self._run_payloads
+        if digest not in run_payloads.digests:
+            return None
+        locations = run_payloads.locations
+        if locations is None:
+            with self._index_lock:
+                locations = run_payloads.locations = self._index.payload_locations(list(run_payloads.digests))
+        location = locations.get(digest)
+        if location is None:
+            return None
+        offset, length = location
+        before = 1 if offset else 0
+        raw = self._file.pread(length + 1 + before, offset - before)
+        record = raw[before : before + length]
+        if (
+            length <= 66
+            or len(raw) != length + 1 + before
+            or raw[:before] != _NEWLINE[:before]
+            or raw[-1:] != _NEWLINE
+            or record[:1] not in (b"=", b"-")
+            or record[1:66] != digest.hex().encode() + b" "
+        ):
+            raise self._tampered(_misplaced_payload(digest, offset, length))
+        return offset, record
+
     def get_payload_bytes(self, digest: str) -> bytes:
         self._prepare_read()
-        with self._lock:
-            location = self._payload_location(bytes.fromhex(digest))
-        if location is None:
-            raise PayloadMissingError(
-                f"payload {digest} is not in the store", details={"payload": digest}
-            )
-        record = self._file.pread(location[1], location[0])
+        raw = bytes.fromhex(digest)
+        found = self._run_payload_record(raw)
+        if found is None:
+            with self._lock:
+                location = self._payload_location(raw)
+            if location is None:
+                raise PayloadMissingError(
+                    f"payload {digest} is not in the store", details={"payload": digest}
+                )
+            found = location[0], self._file.pread(location[1], location[0])
+        offset, record = found
         if record[:1] == b"-":
             raise PayloadRedactedError(
                 f"payload {digest} was redacted", details={"payload": digest}
@@ -1192,8 +1236,8 @@ class DirectoryStore:
         data = record[66:]
         if record[:1] != b"=" or hashlib.sha256(data).hexdigest() != digest:
             raise JournalCorruptError(
-                f"payload {digest} at byte {location[0]} does not match its hash",
-                details={"payload": digest, "offset": location[0]},
+                f"payload {digest} at byte {offset} does not match its hash",
+                details={"payload": digest, "offset": offset},
             )
         return data
 
@@ -1240,6 +1284,13 @@ class DirectoryStore:
 
 def _ended(run: str) -> StoreError:
     return StoreError(f"run {run!r} has ended; nothing can be appended to it", details={"run": run})
+
+
+def _misplaced_payload(digest: bytes, offset: int, length: int) -> str:
+    return (
+        f"it places payload {digest.hex()} at bytes {offset}-{offset + length}, which do "
+        "not hold that payload's record"
+    )
 
 
 def _end_of(item: tuple[int, Any]) -> int:

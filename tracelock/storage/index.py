@@ -314,6 +314,17 @@ class Index:
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
+    def payload_locations(self, digests: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
+        """The locations of those of ``digests`` the index holds, in one query per 500."""
+        found: dict[bytes, tuple[int, int]] = {}
+        for start in range(0, len(digests), 500):
+            chunk = digests[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT hash, offset, length FROM payloads WHERE hash IN ({marks})"
+            for digest, offset, length in self._db.execute(query, chunk):
+                found[bytes(digest)] = (int(offset), int(length))
+        return found
+
     def run_row(self, run: str) -> RunRow | None:
         row = self._db.execute(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run = ?", (run,)).fetchone()
         return None if row is None else _run_row(row)

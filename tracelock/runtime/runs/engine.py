@@ -43,6 +43,7 @@ from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.runs.prefix import child_recording
 from tracelock.runtime.strict import guard as strict_mode
 from tracelock.runtime.strict.guard import NondeterminismError
+from tracelock.runtime.tools.invoke import ToolInvoker
 from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
@@ -217,6 +218,7 @@ class Engine:
         self.strict_durability = durability == "strict"
         self._tool_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-tool")
         self._gather_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-gather")
+        self._tool_invoker = ToolInvoker(self._tool_pool)
         self._policies_recorded: set[str] = set()
         #: Called with the store once a run's run.end is durable (e.g. an evidence
         #: ``Checkpointer`` that signs a checkpoint covering the run).
@@ -515,28 +517,7 @@ class Engine:
 
     def _invoke(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         """Run a tool's function, under its timeout when it has one."""
-        if tool.timeout_s is None and not tool.is_async:
-            return tool.func(**kwargs)  # the common case: in this thread, nothing to wrap
-        if tool.is_async:
-
-            def call() -> Any:
-                return asyncio.run(tool.func(**kwargs))
-
-        else:
-
-            def call() -> Any:
-                return tool.func(**kwargs)
-
-        if tool.timeout_s is None:
-            # asyncio.run cannot nest in a running event loop (an async agent's): use a
-            # worker thread, as a tool with a timeout does.
-            return self._tool_pool.submit(call).result()
-        future = self._tool_pool.submit(call)
-        try:
-            return future.result(timeout=tool.timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(tool.name) from None
+        return self._tool_invoker(tool, kwargs)
 
     # -- answering for runs --------------------------------------------------------------
     def retrieve(self, run_id: str) -> RunResult:
@@ -634,6 +615,7 @@ class Engine:
         return policy
 
     def close(self) -> None:
+        self._tool_invoker.close()
         self._tool_pool.shutdown(wait=False, cancel_futures=True)
         self._gather_pool.shutdown(wait=False, cancel_futures=True)
         if self._owns_store:
