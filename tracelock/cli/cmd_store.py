@@ -23,6 +23,7 @@ from tracelock.core.entry import Entry
 from tracelock.errors import UsageError
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
+from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_directory_store, open_store
 from tracelock.storage.postgres import PostgresStore
@@ -200,4 +201,43 @@ def verify_command(
         sys.exit(EXIT_CHECK_FAILED)
 
 
-COMMANDS = [log_command, show_command, verify_command]
+@click.group("store")
+def store_group() -> None:
+    """Operations on a whole store."""
+
+
+@store_group.command("copy")
+@click.argument("source")
+@click.argument("destination")
+@json_option
+@reports_errors
+def store_copy_command(source: str, destination: str, as_json: bool) -> None:
+    """Copy the store at SOURCE into the new or empty store at DESTINATION (a directory or
+    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted),
+    then verify the copy: entries, payloads, runs and the Merkle root. Exit 1 if they differ."""
+    clock = ReplayClock()
+    with open_store(source, create=False, read_only=True) as src, open_store(destination, clock=clock) as dst:
+        total = src.size()
+        with Progress("copy", "entries", total) as bar:
+            copy_store(src, dst, clock, progress=bar.update)
+        report = verify_copy(src, dst, total)
+        where = {"source": src.location, "destination": dst.location}
+    document = report.to_dict() | where
+
+    def text() -> str:
+        verdict = "OK" if report.ok else "FAILED"
+        lines = [
+            f"{verdict}: copied {report.entries} entries of {report.runs} runs, {report.payloads} payloads "
+            f"({report.redacted} redacted) from {where['source']} to {where['destination']}",
+            f"source root {report.source_root}",
+            f"copy root   {report.copy_root}",
+        ]
+        lines.extend(f"mismatch: {line}" for line in report.mismatches)
+        return "\n".join(lines)
+
+    emit(as_json, document, text)
+    if not report.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+COMMANDS = [log_command, show_command, verify_command, store_group]

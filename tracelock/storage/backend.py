@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracelock.core.entry import Entry
 
-__all__ = ["NO_PAYLOAD", "NewEntry", "Repair", "RunInfo", "Store"]
+__all__ = ["NO_PAYLOAD", "NewEntry", "RedactedPayload", "Repair", "RunInfo", "Store"]
 
 
 class _NoPayload:
@@ -33,6 +33,14 @@ class _NoPayload:
 
 #: Marks an entry without payload (``None`` is the JSON value null, a valid payload).
 NO_PAYLOAD: Any = _NoPayload()
+
+
+class RedactedPayload(NamedTuple):
+    """A payload value that stands for content already erased: the entry names ``digest``
+    and the store keeps only its redaction marker (``tracelock store copy`` uses it to
+    carry a redacted payload over without its bytes)."""
+
+    digest: str
 
 
 class NewEntry(NamedTuple):

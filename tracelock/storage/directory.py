@@ -43,7 +43,7 @@ from tracelock.core.entry import (
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
-from tracelock.storage.backend import NO_PAYLOAD, NewEntry, Repair, RunInfo
+from tracelock.storage.backend import NO_PAYLOAD, NewEntry, RedactedPayload, Repair, RunInfo
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.errors import (
     IndexTamperedError,
@@ -776,6 +776,8 @@ class DirectoryStore:
         for _, _, payload, _, _ in items:
             if payload is NO_PAYLOAD:
                 prepared.append(None)
+            elif type(payload) is RedactedPayload:
+                prepared.append((b"", bytes.fromhex(payload.digest)))
             else:
                 data = dumps(payload)
                 prepared.append((data, sha256(data).digest()))
@@ -804,10 +806,13 @@ class DirectoryStore:
                         # answered inline; anything else takes the full look-up.
                         (complete and digest not in cache) or self._payload_location(digest) is None
                     ):
-                        length = len(data) + 66
+                        # Empty data (never canonical JSON) is a redacted payload: an
+                        # erased record of one blank byte.
+                        mark, body = (b"=", data) if data else (b"-", b" ")
+                        length = len(body) + 66
                         fresh.add(digest)
                         payload_rows.append((offset + length + 1, (digest, offset, length)))
-                        chunks += (b"=", payload_hex.encode(), b" ", data, b"\n")
+                        chunks += (mark, payload_hex.encode(), b" ", body, b"\n")
                         offset += length + 1
                 if new_run:
                     if run in touched or run in heads or run in self._closed_here:

@@ -18,6 +18,7 @@ __all__ = [
     "StoreFormatError",
     "StoreFullError",
     "StoreLockedError",
+    "StoreNotEmptyError",
     "StoreNotFoundError",
     "StorePermissionError",
     "StoreReadOnlyError",
@@ -134,3 +135,9 @@ class StoreUnsupportedError(StoreError):
     """The operation is not supported on this storage backend yet."""
 
     code = "STORE_UNSUPPORTED"
+
+
+class StoreNotEmptyError(StoreError):
+    """The destination of ``tracelock store copy`` already holds entries: a copy never merges."""
+
+    code = "STORE_NOT_EMPTY"

@@ -35,6 +35,16 @@ class Pipeline(RunState):
         if step is None:
             self.finish_stream()
             step = receive(self)
+        observer = self.env.observer
+        if observer is None:
+            return self._step(request, step)
+        observer.step_started(self, step, request)
+        try:
+            return self._step(request, step)
+        finally:
+            observer.step_ended(self, step, request, self.effects.get(step))
+
+    def _step(self, request: StepRequest, step: int) -> Any:
         recording = self.recording
         if recording is not None and (self.fork_before is None or step < self.fork_before):
             doc = recording.effects.get(step)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
@@ -14,7 +14,10 @@ from tracelock.runtime.records import RunJournal, RunRecord
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.runtime.tools.tools import Tool
 
-__all__ = ["Environment", "OpenStream", "ParentPrefix", "RunState"]
+if TYPE_CHECKING:
+    from tracelock.runtime.pipeline.request import StepRequest
+
+__all__ = ["Environment", "OpenStream", "ParentPrefix", "RunObserver", "RunState"]
 
 
 class Environment:
@@ -22,9 +25,10 @@ class Environment:
     or another host can build its own. ``clock_ms`` and ``sleep`` are the injected clock and
     sleeper, ``invoke(tool, kwargs)`` runs a tool's function under its timeout, gathers run
     on ``gather_pool``, and ``sandbox`` (or None) is the sandboxed filesystem whose state is
-    recorded around every ``fs`` and proposal step."""
+    recorded around every ``fs`` and proposal step. ``observer`` (or None) is told of every
+    run and step (:class:`RunObserver`)."""
 
-    __slots__ = ("clock_ms", "gather_pool", "invoke", "sandbox", "sleep", "toolkit", "tools")
+    __slots__ = ("clock_ms", "gather_pool", "invoke", "observer", "sandbox", "sleep", "toolkit", "tools")
 
     def __init__(
         self,
@@ -43,6 +47,7 @@ class Environment:
         self.invoke = invoke
         self.gather_pool = gather_pool
         self.sandbox = sandbox
+        self.observer: RunObserver | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,29 @@ class OpenStream(Protocol):
 
     def abandon(self) -> None:
         """Record the stream as closed where the caller left it (the run ends)."""
+
+
+class RunObserver(Protocol):
+    """An onlooker of runs (tracing), installed as :attr:`Environment.observer`. The pipeline
+    calls it around every step, the engine around every run it drives (record, resume, fork,
+    replay). Nothing it returns is read: it cannot change a step, a journal entry or a
+    fingerprint. Each call must return quickly and not raise."""
+
+    def run_started(self, run: RunState, agent: str) -> None:
+        """The agent ``agent`` starts (or resumes, or is replayed) as ``run``."""
+
+    def step_started(self, run: RunState, step: int, request: StepRequest) -> None:
+        """Step ``step`` was numbered and enters the pipeline."""
+
+    def step_ended(
+        self, run: RunState, step: int, request: StepRequest, effect: Mapping[str, Any] | None
+    ) -> None:
+        """Step ``step`` left the pipeline; ``effect`` is its effect document (None when it
+        has none: a divergence, or a suspension before it was recorded)."""
+
+    def run_ended(self, run: RunState, end: Mapping[str, Any]) -> None:
+        """The run ended or suspended: ``end`` holds ``status``, ``outcome``, ``code``,
+        ``fingerprint`` and ``error`` (None where there is none)."""
 
 
 class RunState:

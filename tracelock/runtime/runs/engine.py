@@ -402,6 +402,39 @@ class Engine:
     ) -> RunResult:
         """Run the agent to its end or suspension. ``input_hash`` is ``H(input)`` when the
         caller has it already."""
+        observer = ctx.pipeline.env.observer
+        if observer is None:
+            return self._drive_agent(ctx, func, name, input, journal, status=status, routing=routing, input_hash=input_hash)
+        observer.run_started(ctx.pipeline, name)
+        end: dict[str, Any] = {"status": "failed", "outcome": None, "code": None, "fingerprint": None, "error": None}
+        try:
+            result = self._drive_agent(ctx, func, name, input, journal, status=status, routing=routing, input_hash=input_hash)
+            end = {
+                "status": result.status,
+                "outcome": result.outcome,
+                "code": result.code,
+                "fingerprint": result.fingerprint,
+                "error": result.error,
+            }
+            return result
+        except BaseException as exc:
+            end["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            observer.run_ended(ctx.pipeline, end)
+
+    def _drive_agent(
+        self,
+        ctx: RunContext,
+        func: Callable[..., Any],
+        name: str,
+        input: Any,
+        journal: RunJournal | None,
+        *,
+        status: str,
+        routing: list[dict[str, Any]] | None = None,
+        input_hash: str | None = None,
+    ) -> RunResult:
         outcome, code, output, error = "SUCCESS", None, None, None
         output_hash = None
         trace: str | None = None

@@ -32,7 +32,7 @@ from tracelock.core.merkle import (
     root,
 )
 from tracelock.errors import TracelockError
-from tracelock.storage.backend import NO_PAYLOAD, NewEntry, Repair, RunInfo
+from tracelock.storage.backend import NO_PAYLOAD, NewEntry, RedactedPayload, Repair, RunInfo
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.errors import (
     DurabilityError,
@@ -248,6 +248,8 @@ class PostgresStore:
         for _, _, payload, _, _ in items:
             if payload is NO_PAYLOAD:
                 prepared.append(None)
+            elif type(payload) is RedactedPayload:
+                prepared.append((b"", bytes.fromhex(payload.digest)))
             else:
                 data = dumps(payload)
                 prepared.append((data, sha256(data).digest()))
@@ -296,9 +298,11 @@ class PostgresStore:
                 out.append(entry)
                 seq += 1
             if payload_rows:
+                # Empty data (never canonical JSON) is a redacted payload: stored erased.
                 cur.executemany(
-                    "INSERT INTO tracelock_payloads (hash, data) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING",
-                    list(payload_rows.items()),
+                    "INSERT INTO tracelock_payloads (hash, data, redacted) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (hash) DO NOTHING",
+                    [(digest, data or None, not data) for digest, data in payload_rows.items()],
                 )
             cur.executemany(
                 "INSERT INTO tracelock_entries (seq, run, i, line, leaf) VALUES (%s, %s, %s, %s, %s)",
