@@ -86,11 +86,14 @@ def test_reading_a_run_costs_the_same_in_a_small_and_a_large_store(tmp_path: Pat
     assert large["vm_steps"] <= small["vm_steps"] + 20
 
 
-def test_reading_a_run_costs_the_same_with_a_warm_or_a_cold_handle(tmp_path: Path) -> None:
+def test_reading_a_run_costs_no_more_with_a_warm_handle_than_a_cold_one(tmp_path: Path) -> None:
     files = _CountingFiles()
     with DirectoryStore(tmp_path, clock=TickClock(), files=files) as store:
         _write_runs(store, 20)
         warm = _cost_of_reading(store, files, "run-00007")
     cold = _fresh_read(tmp_path, "run-00007")
-    assert warm["statements"] == cold["statements"] == 2
-    assert warm["preads"] == cold["preads"]
+    # A cold handle needs its two statements whatever the store's size; a warm one finds
+    # the payloads it wrote in memory and may only need fewer.
+    assert cold["statements"] == 2
+    assert warm["statements"] <= cold["statements"]
+    assert warm["preads"] <= cold["preads"]

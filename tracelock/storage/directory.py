@@ -1224,7 +1224,16 @@ class DirectoryStore:
     def get_payload_bytes(self, digest: str) -> bytes:
         self._prepare_read()
         raw = bytes.fromhex(digest)
-        found = self._run_payload_record(raw)
+        # A payload this handle wrote or read lately is located from memory: no query. Only a
+        # miss goes to the index, for the whole run at once (the cost of a miss does not
+        # grow with the store).
+        with self._lock:
+            cached = self._payloads.get(raw)
+            if cached is not None:
+                self._payloads.move_to_end(raw)
+        found = None if cached is None else (cached[0], self._file.pread(cached[1], cached[0]))
+        if found is None:
+            found = self._run_payload_record(raw)
         if found is None:
             with self._lock:
                 location = self._payload_location(raw)
