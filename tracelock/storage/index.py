@@ -27,6 +27,7 @@ from typing import Any
 
 from tracelock.core.entry import TERMINAL_KINDS, Entry
 from tracelock.storage.backend import RunInfo
+from tracelock.storage.run_fold import fold_runs
 
 __all__ = ["LOCATION", "RUN_ROW_COLUMNS", "Index", "IndexedPayload", "RunRow", "row_difference"]
 
@@ -191,36 +192,19 @@ class Index:
     ) -> list[tuple[int, int, bytes]]:
         """Fold a batch's entries into one row update per run (two statements per batch,
         not one per entry); returns each run's ``run_spans`` row."""
-        # run -> [first entry, last entry, count, last status seen, first agent seen, locations]
-        batch: dict[str, list[Any]] = {}
-        for (entry, _), location in zip(entries, packed, strict=True):
-            fold = batch.get(entry.run)
-            if fold is None:
-                fold = batch[entry.run] = [entry, entry, 0, None, None, []]
-            fold[1] = entry
-            fold[2] += 1
-            fold[5].append(location)
-            meta = entry.meta
-            if meta:
-                status = meta.get("status")
-                if isinstance(status, str):
-                    fold[3] = status
-                if entry.i == 0 and fold[4] is None:
-                    agent = meta.get("agent")
-                    if isinstance(agent, str):
-                        fold[4] = agent
+        batch = fold_runs([entry for entry, _ in entries], packed)
         known = self._run_ids(list(batch))
         new_rows = []
         updates = []
-        for run, (first, last, count, status, agent, _) in batch.items():
+        for run, fold in batch.items():
+            first, last = fold.first, fold.last
             closes = int(last.kind in TERMINAL_KINDS)
             if run in known:
-                updates.append((status, agent, last.ts, last.seq, count, last.hash, closes, known[run]))
+                updates.append((fold.status, fold.agent, last.ts, last.seq, fold.count, last.hash, closes, known[run]))
             else:
-                parent = first.meta.get("parent") if first.i == 0 and first.meta else None
                 new_rows.append(
-                    (run, agent, parent if isinstance(parent, str) else None, status or "created",
-                     first.ts, last.ts, first.seq, last.seq, count, last.hash, closes)
+                    (run, fold.agent, fold.parent, fold.status or "created",
+                     first.ts, last.ts, first.seq, last.seq, fold.count, last.hash, closes)
                 )
         if updates:
             self._db.executemany(
@@ -236,7 +220,7 @@ class Index:
                 new_rows,
             )
             known.update(self._run_ids([row[0] for row in new_rows]))
-        return [(known[run], fold[0].seq, b"".join(fold[5])) for run, fold in batch.items()]
+        return [(known[run], fold.first.seq, b"".join(fold.locations)) for run, fold in batch.items()]
 
     def _run_ids(self, names: list[str]) -> dict[str, int]:
         known: dict[str, int] = {}

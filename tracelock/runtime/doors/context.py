@@ -22,9 +22,6 @@ from typing import Any
 from tracelock.runtime.pipeline.phases import now_value
 from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.pipeline.request import StepRequest, Task, tool_request
-from tracelock.runtime.pipeline.state import Environment, ParentPrefix
-from tracelock.runtime.policy.policy import Policy
-from tracelock.runtime.records import RunJournal, RunRecord
 from tracelock.runtime.strict.guard import door
 
 __all__ = ["AsyncRunContext", "RunContext", "Task"]
@@ -38,43 +35,18 @@ class RunContext:
     """What an agent receives. Create runs through :class:`tracelock.Runtime`, not directly."""
 
     def __init__(
-        self,
-        env: Environment,
-        *,
-        run_id: str,
-        input: Any,
-        seed: str,
-        policy: Policy,
-        journal: RunJournal | None,
-        recording: RunRecord | None = None,
-        replay_only: bool = False,
-        fork_before: int | None = None,
-        prefix: ParentPrefix | None = None,
-        start_ms: int = 0,
-        annotations: dict[str, Any] | None = None,
+        self, pipeline: Pipeline, *, input: Any, annotations: dict[str, Any] | None = None
     ) -> None:
-        self.run_id = run_id
+        self.run_id = pipeline.run_id
         self.input = input
         #: What the run recorded beside its input (e.g. a proposal's reasoning): audit only,
         #: never part of the fingerprint.
         self.annotations: dict[str, Any] = dict(annotations or {})
-        pipeline = Pipeline(
-            env,
-            run_id=run_id,
-            seed=seed,
-            policy=policy,
-            journal=journal,
-            recording=recording,
-            replay_only=replay_only,
-            fork_before=fork_before,
-            prefix=prefix,
-            start_ms=start_ms,
-        )
         #: The run's step pipeline: another door (e.g. ``Files``) hands it requests too.
         self.pipeline = pipeline
         self._run = pipeline.run
-        self._tools = env.tools
-        self.policy = policy
+        self._tools = pipeline.env.tools
+        self.policy = pipeline.policy
         #: The effect document of every step so far, by step.
         self.effects = pipeline.effects
         self.routing = pipeline.routing

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tracelock.errors import ReplayError, UsageError
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
+from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.replay.replay import replay_record
@@ -179,10 +180,9 @@ def fork_run(
         parent=run_id,
     )
     runtime._record_policy(policy)
-    ctx = RunContext(
+    pipeline = Pipeline(
         runtime.environment,
         run_id=child,
-        input=parent.input,
         seed=seed,
         journal=journal,
         recording=parent,
@@ -190,6 +190,7 @@ def fork_run(
         start_ms=start.ts,
         policy=policy,
     )
+    ctx = RunContext(pipeline, input=parent.input)
     try:
         result = runtime._drive(ctx, func, name, parent.input, journal, status="running")
     except DivergenceError as exc:

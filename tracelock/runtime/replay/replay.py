@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tracelock.core.jsondiff import diff
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
+from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.records import RunRecord, load_run
 
 if TYPE_CHECKING:
@@ -60,18 +61,17 @@ def replay_record(
     name = record.agent  # the agent's identity is the recorded one; its code is what is tested
     recorded_end = record.end or {}
     recorded_fp = recorded_end.get("fingerprint")
-    ctx = RunContext(
+    pipeline = Pipeline(
         runtime.environment,
         run_id=record.run_id,
-        input=record.input,
         seed=str(record.start.get("seed")),
         journal=None,
         recording=record,
         replay_only=True,
         start_ms=record.entries[0].ts if record.entries else 0,
         policy=runtime.policy_of(record),
-        annotations=record.annotations,
     )
+    ctx = RunContext(pipeline, input=record.input, annotations=record.annotations)
     try:
         result = runtime._drive(ctx, func, name, record.input, None, status="running")
     except DivergenceError as exc:

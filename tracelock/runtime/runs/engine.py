@@ -35,6 +35,7 @@ from tracelock.runtime.errors import (
     Suspend,
 )
 from tracelock.runtime.outcomes import Outcome, register_code
+from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.pipeline.state import Environment
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
@@ -339,10 +340,10 @@ class Engine:
             agent=name,
             parent=None,
         )
-        ctx = RunContext(
-            self.environment, run_id=run_id, input=input, seed=seed, policy=self.policy, journal=journal,
-            start_ms=start.ts, annotations=_annotations,
+        pipeline = Pipeline(
+            self.environment, run_id=run_id, seed=seed, policy=self.policy, journal=journal, start_ms=start.ts
         )
+        ctx = RunContext(pipeline, input=input, annotations=_annotations)
         result = self._drive(ctx, func, name, input, journal, status="running", input_hash=input_hash)
         result.seed = seed
         return result
@@ -612,18 +613,17 @@ class Engine:
             check_transition(status, "running")
             journal.state("running", {"step": record.waiting_step, "reason": "resumed"})
             status = "running"
-        ctx = RunContext(
+        pipeline = Pipeline(
             self.environment,
             run_id=run_id,
-            input=record.input,
             seed=str(record.start.get("seed")),
             journal=journal,
             recording=recording,
             prefix=prefix,
             start_ms=record.entries[0].ts,
             policy=self.policy_of(record),
-            annotations=record.annotations,
         )
+        ctx = RunContext(pipeline, input=record.input, annotations=record.annotations)
         try:
             result = self._drive(ctx, func, name, record.input, journal, status=status)
         except DivergenceError as exc:

@@ -49,6 +49,7 @@ from tracelock.storage.errors import (
 )
 from tracelock.storage.postgres.location import redact_location, scrub
 from tracelock.storage.postgres.schema import prepare_schema
+from tracelock.storage.run_fold import fold_runs
 
 if TYPE_CHECKING:
     import psycopg
@@ -314,35 +315,19 @@ class PostgresStore:
 
     @staticmethod
     def _update_runs(cur: Any, entries: list[Entry], known: set[str]) -> None:
-        """One row change per run of the batch (the same folding as the directory index)."""
-        # run -> [first entry, last entry, count, last status seen, agent of the first entry]
-        batch: dict[str, list[Any]] = {}
-        for entry in entries:
-            fold = batch.get(entry.run)
-            if fold is None:
-                fold = batch[entry.run] = [entry, entry, 0, None, None]
-            fold[1] = entry
-            fold[2] += 1
-            meta = entry.meta
-            if meta:
-                status = meta.get("status")
-                if isinstance(status, str):
-                    fold[3] = status
-                if entry.i == 0 and fold[4] is None:
-                    agent = meta.get("agent")
-                    if isinstance(agent, str):
-                        fold[4] = agent
+        """One row change per run of the batch (folded as the directory index folds it)."""
+        batch = fold_runs(entries)
         inserts = []
         updates = []
-        for run, (first, last, count, status, agent) in batch.items():
+        for run, fold in batch.items():
+            first, last = fold.first, fold.last
             closed = last.kind in TERMINAL_KINDS
             if run in known:
-                updates.append((status, agent, last.ts, last.seq, count, last.hash, closed, run))
+                updates.append((fold.status, fold.agent, last.ts, last.seq, fold.count, last.hash, closed, run))
             else:
-                parent = first.meta.get("parent") if first.i == 0 and first.meta else None
                 inserts.append(
-                    (run, agent, parent if isinstance(parent, str) else None, status or "created",
-                     first.ts, last.ts, count, first.seq, last.seq, last.hash, closed)
+                    (run, fold.agent, fold.parent, fold.status or "created",
+                     first.ts, last.ts, fold.count, first.seq, last.seq, last.hash, closed)
                 )
         if inserts:
             cur.executemany(
