@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck scan bench lock clean postgres-server
+.PHONY: demo test lint typecheck scan bench lock clean postgres-server browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,15 @@ postgres-server:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql || exit 1; \
 	fi
 
-test: $(STAMP) postgres-server
+# The web UI's tests drive Debian's Chromium with Playwright (no browser can be downloaded):
+# the package is installed when /usr/bin/chromium is missing.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; else \
+	  echo "test: installing Chromium (Debian's chromium package)"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || exit 1; \
+	fi
+
+test: $(STAMP) postgres-server browser
 	$(BIN)/python -m pytest -n 2 -q
 	$(BIN)/mypy
 	$(BIN)/ruff check tracelock tests bench
