@@ -1,6 +1,11 @@
 """Journal figures: durable appends per second (1 writer; 8 concurrent writers sharing
 fsyncs, as threads and as tasks of one event loop), and verification throughput with its
-peak memory: ``python -m bench.journal``."""
+peak memory: ``python -m bench.journal``.
+
+The one-writer figure is measured side by side with the same appends through a handle that
+holds the store's writer lock from open to close, the rule before the lock was taken per
+commit (so that several processes can write): the cost of taking the lock, and checking
+that no other process appended, on every commit."""
 
 from __future__ import annotations
 
@@ -43,8 +48,9 @@ def _append_figures(writers: int, total: int, elapsed: float, syncs: int) -> dic
     }
 
 
-def _durable_appends(directory: Path, writers: int, per_writer: int) -> dict[str, Any]:
-    store = DirectoryStore(directory / f"appends-{writers}")
+def _durable_appends(directory: Path, writers: int, per_writer: int, *, lock_for_life: bool = False) -> dict[str, Any]:
+    name = f"appends-{writers}" + ("-locked-for-life" if lock_for_life else "")
+    store = DirectoryStore(directory / name, _hold_for_life=lock_for_life)
     barrier = threading.Barrier(writers + 1)
 
     def work(number: int) -> None:
@@ -64,6 +70,34 @@ def _durable_appends(directory: Path, writers: int, per_writer: int) -> dict[str
     store.close()  # timed too: the index rows still pending are work the appends caused
     elapsed = time.perf_counter() - started
     return _append_figures(writers, writers * per_writer, elapsed, syncs)
+
+
+def _lock_rule_pairs(directory: Path, pairs: int, per_run: int, *, durable: bool) -> dict[str, Any]:
+    """One writer's appends per second under the writer lock per commit and held for life,
+    in alternating pairs of runs on fresh stores (a slow spell of the disk hits both alike);
+    ``durable=False`` measures the CPU path alone, where the lock's cost shows most."""
+    rates: dict[str, list[float]] = {"per_commit": [], "for_life": []}
+    for number in range(pairs):
+        for rule in ("per_commit", "for_life") if number % 2 == 0 else ("for_life", "per_commit"):
+            store = DirectoryStore(directory / f"rule-{durable}-{rule}-{number}", _hold_for_life=rule == "for_life")
+            started = time.perf_counter()
+            for step in range(per_run):
+                store.append(f"r{step // 10}", "effect", payload={"step": step}, durable=durable)
+            store.close()
+            rates[rule].append(per_run / (time.perf_counter() - started))
+    per_commit = statistics.median(rates["per_commit"])
+    for_life = statistics.median(rates["for_life"])
+    # The median of the pairs' ratios: each pair ran back to back, so the machine's drift
+    # (other work on it, the disk's slow spells) cancels out of it better than out of the
+    # ratio of the two medians.
+    ratios = [mine / theirs for mine, theirs in zip(rates["per_commit"], rates["for_life"], strict=True)]
+    return {
+        "durable": durable,
+        "pairs": pairs,
+        "per_commit_per_s": round(per_commit),
+        "for_life_per_s": round(for_life),
+        "ratio": round(statistics.median(ratios), 3),
+    }
 
 
 def _durable_appends_async(directory: Path, writers: int, per_writer: int) -> dict[str, Any]:
@@ -154,7 +188,9 @@ def run(quick: bool) -> dict[str, Any]:
     rounds = 1 if quick else 3
     with tempfile.TemporaryDirectory(dir=os.environ.get("TRACELOCK_BENCH_DIR")) as tmp:
         directory = Path(tmp)
-        measured: dict[str, list[dict[str, Any]]] = {"one_writer": [], "eight_writers": [], "eight_tasks": []}
+        measured: dict[str, list[dict[str, Any]]] = {
+            "one_writer": [], "one_writer_lock_for_life": [], "eight_writers": [], "eight_tasks": []
+        }
         probes = []
         cpu_probes = []
         for number in range(rounds):  # interleaved, so a slow spell of the disk hits all alike
@@ -163,6 +199,9 @@ def run(quick: bool) -> dict[str, Any]:
             probes.append(_fsync_probe(here))
             cpu_probes.append(_cpu_probe())
             measured["one_writer"].append(_durable_appends(here, 1, 300 if quick else 2000))
+            measured["one_writer_lock_for_life"].append(
+                _durable_appends(here, 1, 300 if quick else 2000, lock_for_life=True)
+            )
             measured["eight_writers"].append(_durable_appends(here, 8, 300 if quick else 2500))
             measured["eight_tasks"].append(_durable_appends_async(here, 8, 300 if quick else 2500))
         for key, results in measured.items():
@@ -171,6 +210,10 @@ def run(quick: bool) -> dict[str, Any]:
         figures["more_tasks"] = [
             _durable_appends_async(directory / "round-0", tasks, (300 if quick else 20_000) // tasks)
             for tasks in (16, 32, 64)
+        ]
+        figures["writer_lock"] = [
+            _lock_rule_pairs(directory, 6 if quick else 14, 300 if quick else 1000, durable=True),
+            _lock_rule_pairs(directory, 6 if quick else 14, 2000 if quick else 20_000, durable=False),
         ]
         figures["fdatasync_us"] = sorted(probes)[len(probes) // 2]
         figures["python_loop_1m_ms"] = sorted(cpu_probes)[len(cpu_probes) // 2]
@@ -182,12 +225,23 @@ def run(quick: bool) -> dict[str, Any]:
             figures["verify"][str(size)] = _verify(journal)
     print(f"one fdatasync (overwrite, median): {figures['fdatasync_us']} us")
     print(f"machine speed: a 1M-step Python loop takes {figures['python_loop_1m_ms']} ms (median)")
-    for key, what in (("one_writer", "writer"), ("eight_writers", "threads"), ("eight_tasks", "async tasks")):
+    for key, what in (
+        ("one_writer", "writer"),
+        ("one_writer_lock_for_life", "writer, lock held for life (before)"),
+        ("eight_writers", "threads"),
+        ("eight_tasks", "async tasks"),
+    ):
         f = figures[key]
         low, high = f["range_per_s"]
         print(
             f"durable appends, {f['writers']} {what}: {f['appends_per_s']:>7}/s  "
             f"({f['appends_per_fsync']} appends per fsync; {low}-{high}/s over {rounds} rounds)"
+        )
+    for f in figures["writer_lock"]:
+        print(
+            f"one writer, {'durable' if f['durable'] else 'non-durable'} appends: writer lock per commit "
+            f"{f['per_commit_per_s']}/s, held for life {f['for_life_per_s']}/s: {f['ratio']:.3f}x "
+            f"(median of {f['pairs']} alternating runs each)"
         )
     for f in figures["more_tasks"]:
         print(

@@ -1,5 +1,10 @@
-"""The benchmark workload shared by every comparison: one LLM call (a deterministic
-stand-in returning a fixed plan) and two tool calls, per run."""
+"""The benchmark workload shared by every comparison: the README's own kind of agent run.
+
+One LLM call (a deterministic stand-in), one read-only tool and one **irreversible** tool,
+with tool settings left at their defaults (``timeout=30.0``), and inputs, LLM answers and
+tool results unique to each run (no payload is ever stored twice), as a real agent's are.
+The irreversible effect makes its intent durable before it runs, so every system pays the
+syncs that exactly-once after a crash needs."""
 
 from __future__ import annotations
 
@@ -7,48 +12,46 @@ from typing import Any
 
 from tracelock.runtime.tools.toolkit import Toolkit
 
-PLAN = {"content": "search for the order, then look up the customer", "usage": {"input_tokens": 12, "output_tokens": 9}}
+#: What the LLM stand-in answers, before the run's own prompt is appended to it.
+PLAN = {"content": "search for the order, then send the customer an update", "usage": {"input_tokens": 12, "output_tokens": 9}}
 POLICY = {
     "version": 1,
-    "tools": [{"name": "search_orders"}, {"name": "lookup_customer"}, {"name": "save_note"}],
+    "tools": [{"name": "search_orders"}, {"name": "send_update"}],
     "llm": {"allow": True, "models": ["stand-in"]},
 }
 
 
 def llm_stand_in(request: dict[str, Any]) -> dict[str, Any]:
-    return PLAN
+    """A fixed plan that quotes the prompt: each run's answer is its own."""
+    return {"content": f"{PLAN['content']}: {request['prompt']}", "usage": PLAN["usage"]}
 
 
 def search_orders(query: str) -> list[dict[str, Any]]:
-    return [{"order": "A-1001", "query": query}]
+    return [{"order": "A-" + query.rsplit(" ", 1)[-1].rstrip("?"), "query": query, "status": "shipped"}]
 
 
-def lookup_customer(customer_id: str) -> dict[str, Any]:
-    return {"id": customer_id, "tier": "gold"}
+def send_update(customer_id: str, text: str) -> dict[str, Any]:
+    """The irreversible effect (a message to the customer): never re-run after a crash."""
+    return {"to": customer_id, "chars": len(text), "message": f"msg-{customer_id}"}
 
 
-def save_note(text: str) -> dict[str, Any]:
-    return {"saved": len(text)}
+def make_kit(**settings: Any) -> Toolkit:
+    """The workload's toolkit; ``settings`` (e.g. ``timeout=None``) apply to both tools."""
+    kit = Toolkit(llm=llm_stand_in)
+    kit.tool(side_effect="read_only", **settings)(search_orders)
+    kit.tool(side_effect="irreversible", **settings)(send_update)
+    return kit
 
 
-kit = Toolkit(llm=llm_stand_in)
-kit.tool(side_effect="read_only", timeout=None)(search_orders)
-kit.tool(side_effect="read_only", timeout=None)(lookup_customer)
-kit.tool(side_effect="idempotent", timeout=None)(save_note)
+#: Default tool settings: what a user who writes ``@kit.tool(...)`` gets.
+kit = make_kit()
 
 
 def agent(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
     plan = ctx.llm(model="stand-in", prompt=task["ask"], max_tokens=64)
     orders = ctx.call("search_orders", query=task["ask"])
-    customer = ctx.call("lookup_customer", customer_id=task["customer"])
-    return {"plan": plan["content"], "orders": orders, "customer": customer}
-
-
-def agent_with_write(ctx: Any, task: dict[str, Any]) -> dict[str, Any]:
-    plan = ctx.llm(model="stand-in", prompt=task["ask"], max_tokens=64)
-    orders = ctx.call("search_orders", query=task["ask"])
-    note = ctx.call("save_note", text=plan["content"])
-    return {"plan": plan["content"], "orders": orders, "note": note}
+    update = ctx.call("send_update", customer_id=task["customer"], text=plan["content"])
+    return {"plan": plan["content"], "orders": orders, "update": update}
 
 
 def plain_python(task: dict[str, Any]) -> dict[str, Any]:
@@ -57,9 +60,9 @@ def plain_python(task: dict[str, Any]) -> dict[str, Any]:
     return {
         "plan": plan["content"],
         "orders": search_orders(task["ask"]),
-        "customer": lookup_customer(task["customer"]),
+        "update": send_update(task["customer"], plan["content"]),
     }
 
 
 def task(number: int) -> dict[str, Any]:
-    return {"ask": f"where is order {number}?", "customer": f"c-{number % 100}"}
+    return {"ask": f"where is order {number}?", "customer": f"c-{number}"}

@@ -8,21 +8,29 @@ vector files with its own code, and re-records each case to check the bytes are 
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tracelock.core.fingerprint import value_hash
+from tracelock.evidence.redaction import redact
 from tracelock.runtime.errors import StepError
+from tracelock.runtime.provenance.record import NO_PROVENANCE
+from tracelock.runtime.runs.engine import RunResult
 from tracelock.runtime.runtime import Runtime
-from tracelock.runtime.tools.toolkit import Toolkit, agent_name
+from tracelock.runtime.tools.toolkit import Intent, Toolkit, agent_name
+from tracelock.runtime.tools.tools import RetryPolicy
 from tracelock.storage.directory import DirectoryStore
 
+POLICY_TOOLS: list[dict[str, Any]] = [
+    {"name": "lookup", "args": {"key": {"type": "string", "max_length": 16}}},
+    {"name": "store_note"},
+]
 POLICY = {
     "version": 1,
-    "tools": [
-        {"name": "lookup", "args": {"key": {"type": "string", "max_length": 16}}},
-        {"name": "store_note"},
-    ],
+    "tools": POLICY_TOOLS,
     "llm": {"allow": True, "models": ["fixed-model"]},
 }
 
@@ -66,9 +74,99 @@ def failing_agent(ctx: Any, request: dict[str, Any]) -> Any:
     ctx.call("lookup", key="x" * 40)  # violates max_length: DENIED, uncaught
 
 
-CASES = {
+# -- Cases beyond the first two: routing, gather, retries, timeouts, every outcome ---------
+#
+# Each is a deterministic run: tools that fail do so by step count, never by chance, and the
+# gather's completion order is forced (the second member finishes first).
+
+
+class _Flaky:
+    """``flaky_store`` fails its first two attempts of each recording, then succeeds."""
+
+    attempts = 0
+
+
+_first_done = threading.Event()
+
+
+@kit.tool(side_effect="idempotent", timeout=None, retry=RetryPolicy(max_attempts=3, delays_ms=(0, 0)))
+def flaky_store(text: str) -> str:
+    _Flaky.attempts += 1
+    if _Flaky.attempts < 3:
+        raise ConnectionError(f"attempt {_Flaky.attempts} failed")
+    return "stored:" + text
+
+
+@kit.tool(side_effect="read_only", timeout=None)
+def fast_lookup(key: str) -> str:
+    _first_done.set()
+    return "fast:" + key
+
+
+@kit.tool(side_effect="read_only", timeout=None)
+def slow_lookup(key: str) -> str:
+    _first_done.wait(5)
+    time.sleep(0.2)  # fast_lookup's step is journaled first: the recorded order is fixed
+    return "slow:" + key
+
+
+@kit.tool(side_effect="read_only", timeout=0.05)
+def sleepy(ms: int) -> str:
+    time.sleep(ms / 1000)
+    return "woke"
+
+
+@kit.agent("gather-agent")
+def gather_agent(ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
+    gathered = ctx.gather(ctx.task("slow_lookup", key=request["a"]), ctx.task("fast_lookup", key=request["b"]))
+    stored = ctx.call("flaky_store", text="note")
+    try:
+        ctx.call("sleepy", ms=500)
+        woke = "woke"
+    except StepError as late:
+        woke = late.step_code
+    return {"gathered": gathered, "stored": stored, "sleepy": woke}
+
+
+@kit.agent("primary", intents=[Intent("summarize", priority=10)])
+def primary(ctx: Any, request: dict[str, Any]) -> Any:
+    return ctx.call("wire_money", amount=1)  # DENIED by the policy: the router falls back
+
+
+@kit.agent("backup", intents=[Intent("summarize", priority=5, version=2)])
+def backup(ctx: Any, request: dict[str, Any]) -> Any:
+    return {"summary": ctx.call("lookup", key=request["key"]), "draw": ctx.random(), "id": str(ctx.uuid())}
+
+
+def invalid_agent(ctx: Any, request: dict[str, Any]) -> Any:
+    ctx.call("lookup", key=12)  # not a string: VALIDATION_ERROR, uncaught
+
+
+def timeout_agent(ctx: Any, request: dict[str, Any]) -> Any:
+    ctx.call("sleepy", ms=500)  # TOOL_TIMEOUT: EXECUTION_ERROR, uncaught
+
+
+def _intent(intent: str) -> Callable[[Runtime, Any], RunResult]:
+    return lambda runtime, payload: runtime.send_intent(intent, payload)
+
+
+#: name -> (agent, input), or (a function given the runtime and the input, input): the
+#: latter runs through the runtime's own entry point (``send_intent``) with its default seed.
+CASES: dict[str, tuple[Callable[..., Any], Any]] = {
     "agent-success": (agent, {"question": "what is k1?", "key": "k1"}),
     "agent-denied": (failing_agent, {"question": "q"}),
+    "gather-retry-timeout": (gather_agent, {"a": "g1", "b": "g2"}),
+    "routing-fallback": (_intent("summarize"), {"key": "k9"}),
+    "outcome-validation-error": (invalid_agent, {}),
+    "outcome-execution-error": (timeout_agent, {}),
+}
+ROUTED = {"routing-fallback"}
+
+#: The policy of the later cases: the first one's, with their tools allowed (the first two
+#: cases keep the first policy, so their vectors stay as first made).
+POLICY_MORE = {
+    **POLICY,
+    "tools": [*POLICY_TOOLS, *({"name": name} for name in ("flaky_store", "fast_lookup", "slow_lookup", "sleepy"))],
 }
 
 
@@ -87,16 +185,42 @@ def case_seed(func: Any, payload: Any) -> str:
     return value_hash({"agent": agent_name(func), "input": value_hash(payload)})
 
 
+def _redact_llm_args(store: DirectoryStore, run_id: str) -> None:
+    """A field redaction of the LLM step's arguments (the prompt), as `tracelock redact
+    RUN 0 --field args` makes it."""
+    redact(store, run_id, 0, by="dpo@example.com", reason="the prompt names a person", fields=["args"])
+
+
+#: name -> (the case it records, what is done to the store afterwards).
+DERIVED: dict[str, tuple[str, Callable[[DirectoryStore, str], None]]] = {
+    "agent-success-redacted": ("agent-success", _redact_llm_args),
+}
+
+
 def record_case(name: str, directory: Path) -> tuple[list[bytes], str]:
     """Record one case; return the journal's lines and the run id."""
-    func, payload = CASES[name]
+    base, after = DERIVED.get(name, (name, None))
+    func, payload = CASES[base]
     clock = FixedClock()
     store = DirectoryStore(directory, clock=clock, store_id=lambda: "conformance")
-    runtime = Runtime(store, POLICY, toolkits=(kit,), clock=clock, ids=lambda: f"run-{name}")
+    policy = POLICY if base in ("agent-success", "agent-denied") else POLICY_MORE
+    runtime = Runtime(store, policy, toolkits=(kit,), clock=clock, ids=lambda: f"run-{base}", provenance=NO_PROVENANCE)
+    _Flaky.attempts = 0
+    _first_done.clear()
     try:
-        result = runtime.run(func, payload, seed=case_seed(func, payload))
+        if base in ROUTED:
+            result = func(runtime, payload)
+        else:
+            result = runtime.run(func, payload, seed=case_seed(func, payload))
+        runtime.close()
+        if after is not None:
+            after(store, result.run_id)
     finally:
         runtime.close()
         store.close()
     lines = (directory / "journal.log").read_bytes().splitlines()
     return lines, result.run_id
+
+
+#: Every vector ``generate_fingerprint.py`` writes.
+ALL_CASES = [*CASES, *DERIVED]

@@ -32,6 +32,7 @@ from tracelock.evidence.history import CheckpointHistory, SigningKey  # noqa: E4
 from tracelock.evidence.keys import PrivateKey  # noqa: E402
 from tracelock.evidence.note import NoteSigner  # noqa: E402
 from tracelock.evidence.redaction import redact  # noqa: E402
+from tracelock.runtime.provenance.record import NO_PROVENANCE  # noqa: E402
 from tracelock.runtime.runtime import Runtime  # noqa: E402
 from tracelock.storage.directory import DirectoryStore  # noqa: E402
 
@@ -56,7 +57,7 @@ def record(directory: Path) -> dict[str, bytes]:
     ids = iter(RUNS)
     store = DirectoryStore(directory, clock=clock, store_id=lambda: "conformance")
     try:
-        with Runtime(store, POLICY, toolkits=(kit,), clock=clock, ids=lambda: next(ids)) as runtime:
+        with Runtime(store, POLICY, toolkits=(kit,), clock=clock, ids=lambda: next(ids), provenance=NO_PROVENANCE) as runtime:
             for payload in RUNS.values():
                 runtime.run(agent, payload, seed=case_seed(agent, payload))
         redact(

@@ -12,17 +12,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from fingerprint_cases import CASES, record_case  # noqa: E402
+from fingerprint_cases import ALL_CASES, record_case  # noqa: E402
 
 
 def main() -> None:
     out = HERE / "fingerprint"
     out.mkdir(exist_ok=True)
-    for name in CASES:
+    for name in ALL_CASES:
         with tempfile.TemporaryDirectory() as tmp:
             lines, run_id = record_case(name, Path(tmp) / "store")
         entries = [line for line in lines if line.startswith(b"{")]
-        end = json.loads(entries[-1])
+        end = next(json.loads(line) for line in reversed(entries) if json.loads(line)["run"] == run_id)
         assert end["kind"] == "run.end"
         payloads = {line[1:65].decode(): line[66:] for line in lines if line.startswith(b"=")}
         fingerprint = json.loads(payloads[end["payload"]])["fingerprint"]

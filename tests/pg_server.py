@@ -79,6 +79,37 @@ class Cluster:
         # Immediate: the cluster is deleted next, so its shutdown checkpoint would be wasted.
         self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
 
+    def crash(self) -> None:
+        """Stop the server the way a crash does (``pg_ctl stop -m immediate``: no shutdown
+        checkpoint, every session cut off); :meth:`restart` then runs crash recovery."""
+        done = self.run(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+        if done.returncode != 0:
+            raise ServerError(f"pg_ctl stop -m immediate failed: {done.stderr.strip()}")
+
+    def restart(self) -> None:
+        """Start the server again (after :meth:`crash`) with the options it first had."""
+        log = self.base / "server.log"
+        done = self.run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-o", server_options(self), "-l", str(log), "-w", "-t", "60", "start"
+        )
+        if done.returncode != 0:
+            raise ServerError(f"pg_ctl start failed: {done.stderr.strip()}")
+
+
+def server_options(cluster: Cluster) -> str:
+    """The server's settings: Unix socket only, durable commits (``fsync`` on)."""
+    return " ".join(
+        [
+            "-c listen_addresses=''",
+            f"-c unix_socket_directories={cluster.socket_dir}",
+            "-c fsync=on",
+            "-c synchronous_commit=on",
+            "-c full_page_writes=on",
+            "-c shared_buffers=16MB",
+            "-c max_connections=60",
+        ]
+    )
+
 
 def start_cluster() -> Cluster:
     bindir = find_bindir()
@@ -104,17 +135,7 @@ def start_cluster() -> Cluster:
     # The password role logs in with its password, everyone else by trust on the socket.
     rules = f"local all {PASSWORD_ROLE} scram-sha-256\n" + hba.read_text()
     hba.write_text(rules)
-    options = " ".join(
-        [
-            "-c listen_addresses=''",
-            f"-c unix_socket_directories={cluster.socket_dir}",
-            "-c fsync=on",
-            "-c synchronous_commit=on",
-            "-c full_page_writes=on",
-            "-c shared_buffers=16MB",
-            "-c max_connections=60",
-        ]
-    )
+    options = server_options(cluster)
     log = cluster.base / "server.log"
     cluster.run("touch", str(log))
     started = cluster.run(str(bindir / "pg_ctl"), "-D", str(cluster.data_dir), "-o", options, "-l", str(log), "-w", "-t", "60", "start")
@@ -168,6 +189,17 @@ def pg_database(pg_cluster: Cluster) -> str:
     name = f"t{os.getpid()}_{next(_numbers)}"
     admin(pg_cluster, f"CREATE DATABASE {name}")
     return name
+
+
+@pytest.fixture
+def own_pg_cluster() -> Iterator[Cluster]:
+    """A cluster of the test's own, for a test that stops and restarts its server."""
+    try:
+        cluster = start_cluster()
+    except ServerError as exc:
+        pytest.fail(f"cannot start a PostgreSQL server for the test: {exc}")
+    yield cluster
+    stop_cluster(cluster)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from tracelock.runtime.doors.workflow import Workflow, WorkflowStep
 from tracelock.runtime.errors import DivergenceError, StepError
 from tracelock.runtime.outcomes import Outcome, Phase
 from tracelock.runtime.policy.policy import Policy
+from tracelock.runtime.provenance.record import NO_PROVENANCE, Provenance
 from tracelock.runtime.runtime import AsyncRunContext, RunResult, Runtime
 from tracelock.runtime.tools.toolkit import Intent, Toolkit
 from tracelock.runtime.tools.tools import RetryPolicy
@@ -22,9 +23,11 @@ __all__ = [
     "AsyncRunContext",
     "DivergenceError",
     "Intent",
+    "NO_PROVENANCE",
     "Outcome",
     "Phase",
     "Policy",
+    "Provenance",
     "RetryPolicy",
     "RunContext",
     "RunResult",

@@ -4,8 +4,13 @@
 1. Timing. Every available system opens a fresh store in a temporary directory, runs a few
    warm-up runs, then all of them take turns, batch by batch (the order rotating each round),
    so that machine noise hits all alike. Each run is sequential and durable when it returns.
-   Per system: p50, p99, mean, runs per second, bytes on disk per run; tracelock's replay of
-   each recorded run is timed afterwards.
+   Per system: p50, p99, mean, runs per second, bytes on disk per run, syncs per run (counted
+   during its timed runs when ``python -m bench.peers`` restarted itself with the sync counter
+   of ``bench/peers/synccount/`` preloaded), its p50 as a multiple of its syncs times the sync
+   floor (small overwrite + ``fdatasync`` probes between the rounds), and its p50 against
+   tracelock's in each of five consecutive groups of rounds (quoted as a range); tracelock's
+   replay of each recorded run is timed afterwards. A quick pass writes its report to
+   ``build/bench/``; only a full pass rewrites ``docs/performance.md`` and its plot.
 2. Crash test (child processes). A run is killed with SIGKILL once its second step has
    completed and been recorded (the third effect writes a marker on entry and waits), then the
    system's own recovery mechanism finishes it in a fresh process. Counter files outside the
@@ -42,10 +47,15 @@ from bench.peers.apps import effects
 from bench.peers.base import DBOS_PINNED_VERSION_ENV, System, tree_bytes
 from bench.peers.systems import DISTRIBUTIONS, MODULES, TITLES, load_system
 from bench.stats import percentile
+from bench.syncs import BUILD, preloaded_count, probe
 
 REPO = Path(__file__).resolve().parents[2]
 APPS = Path(__file__).resolve().parent / "apps"
 RESULTS = REPO / "bench" / "results" / "peers.json"
+#: Where a quick pass writes its figures and report: never over the committed ones.
+QUICK_RESULTS = BUILD / "peers.json"
+#: How many consecutive groups of rounds the per-pass ratios are taken over.
+PASSES = 5
 #: The run number the crash and divergence tests use (its task is ``workload.task(7)``).
 TEST_NUMBER = 7
 CHILD_TIMEOUT_S = 180.0
@@ -107,6 +117,8 @@ def time_systems(
         samples[key] = []
         active.append(key)
     rounds = math.ceil(runs / batch)
+    floor: list[float] = []
+    syncs: dict[str, int] = {}
     clock = time.perf_counter
     started = clock()
     for round_number in range(rounds):
@@ -116,16 +128,26 @@ def time_systems(
             if key in failed:
                 continue
             run, own = systems[key].run, samples[key]
+            synced = preloaded_count()
             try:
                 for number in numbers:
                     before = clock()
                     run(number)
                     own.append(clock() - before)
+                if synced is not None:
+                    syncs[key] = syncs.get(key, 0) + (preloaded_count() or 0) - synced
             except Exception as exc:
                 failed[key] = f"run {len(own)} failed: {type(exc).__name__}: {exc}"
                 log(f"peers: {key} {failed[key]}\n{traceback.format_exc()}")
+        floor += probe(scratch, 10)
         if rounds >= 10 and (round_number + 1) % (rounds // 10) == 0:
             log(f"peers: {round_number + 1}/{rounds} rounds ({clock() - started:.0f} s)")
+    facts["sync_floor"] = {**summary(floor), "probes": len(floor)}
+    for key, count in syncs.items():
+        facts[key]["syncs_per_run"] = round(count / max(1, len(samples[key])), 2)
+    for key in active:
+        if key not in failed:
+            facts[key]["pass_p50_us"] = pass_p50s(samples[key], runs)
     if "tracelock" in active and "tracelock" not in failed:
         tracelock = systems["tracelock"]
         replays, matched = tracelock.replay_all(runs)  # type: ignore[attr-defined]
@@ -145,6 +167,13 @@ def time_systems(
             facts[key]["stored_parts"] = {item.name: tree_bytes(item) for item in sorted(store.iterdir())}
         facts[key]["runs_stored"] = done
     return samples, facts, failed
+
+
+def pass_p50s(samples_s: list[float], runs: int) -> list[float]:
+    """The p50 (µs) of each of :data:`PASSES` consecutive groups of rounds: the run numbers
+    are the same in every system's group, so group-wise ratios compare like with like."""
+    size = max(1, runs // PASSES)
+    return [round(percentile(samples_s[start : start + size], 0.5) * 1e6, 1) for start in range(0, size * PASSES, size) if samples_s[start : start + size]]
 
 
 def summary(samples_s: list[float]) -> dict[str, Any]:
@@ -334,6 +363,7 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
     keys = [key for key in MODULES if only is None or key in only or key == "tracelock"]
     systems, unavailable = load_all(keys)
     figures: dict[str, Any] = {
+        "syncs_counted": preloaded_count() is not None,
         "runs": runs,
         "batch": batch,
         "quick": quick,
@@ -351,6 +381,8 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
         log(f"peers: timing {', '.join(systems)}: {runs} runs each, interleaved in batches of {batch}")
         samples, facts, failed = time_systems(systems, runs, batch, warmup, scratch / "timing")
         crash, divergence = behaviour_tests(systems, scratch)
+    figures["sync_floor"] = facts.get("sync_floor")
+    floor_us = (facts.get("sync_floor") or {}).get("p50_us")
     base = summary(samples["tracelock"]) if samples.get("tracelock") else None
     for key in MODULES:
         if key not in keys:
@@ -380,9 +412,20 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
                 part: round(count / facts[key]["runs_stored"])
                 for part, count in facts[key].get("stored_parts", {}).items()
             }
+            stats["pass_p50_us"] = facts[key]["pass_p50_us"]
+            counted = facts[key].get("syncs_per_run")
+            if counted is not None:
+                stats["syncs_per_run"] = counted
+                if counted and floor_us:
+                    stats["p50_vs_floor"] = round(stats["p50_us"] / (counted * floor_us), 2)
             if base is not None:
                 stats["p50_vs_tracelock"] = float(f"{stats['p50_us'] / base['p50_us']:.3g}")
                 stats["runs_per_s_vs_tracelock"] = float(f"{stats['runs_per_s'] / base['runs_per_s']:.3g}")
+            for reference in ("tracelock", "tracelock-strict"):
+                theirs = facts.get(reference, {}).get("pass_p50_us")
+                if theirs and reference not in failed:
+                    ratios = [own / other for own, other in zip(stats["pass_p50_us"], theirs, strict=False)]
+                    stats[f"p50_vs_{reference}_range"] = [float(f"{min(ratios):.3g}"), float(f"{max(ratios):.3g}")]
             entry["timing"] = stats
             if "replay" in facts.get(key, {}):
                 entry["replay"] = facts[key]["replay"]
@@ -393,9 +436,15 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
     from bench import report
 
     if write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps({"figures": figures, "samples": samples}))
-        markdown = report.write_peers(figures, samples)
+        # A quick pass reports into build/bench; only a full pass rewrites docs/performance.md.
+        results = QUICK_RESULTS if quick else RESULTS
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps({"figures": figures, "samples": samples}))
+        if quick:
+            markdown = report.write_peers(figures, samples, doc=BUILD / "performance.md", plot=BUILD / "performance-peers.png")
+            log(f"peers: quick pass: report in {BUILD / 'performance.md'} (docs/performance.md left alone)")
+        else:
+            markdown = report.write_peers(figures, samples)
     else:
         markdown = report.render_peers(figures, None)
     print(markdown, flush=True)

@@ -28,8 +28,8 @@ class Plain(System):
         ask = task["ask"]
         plan = effects.plan(ask)
         orders = effects.search_orders(query=ask)
-        customer = effects.lookup_customer(customer_id=task["customer"])
-        return {"plan": plan["content"], "orders": orders, "customer": customer}
+        update = effects.send_update(customer_id=task["customer"], text=plan["content"])
+        return {"plan": plan["content"], "orders": orders, "update": update}
 
     def child_recover(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> dict[str, Any]:
         output = self.child_run(app, root, run_id, task)

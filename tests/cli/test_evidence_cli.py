@@ -96,7 +96,7 @@ def test_checkpoint_prove_export_verify(world: dict[str, Path]) -> None:
     assert text.exit_code == 0 and "8 inclusion proofs" in text.stdout
     for name in ("b", "b.zip", "b.tar"):
         exported = ok_json("export", "r1", "r2", "-o", root / name, "--store", store)
-        assert exported["entries"] == 17 and exported["kind"] == ("dir" if name == "b" else name[2:])
+        assert exported["entries"] == 18 and exported["kind"] == ("dir" if name == "b" else name[2:])
         verified = ok_json("verify", root / name, "--key", world["vkey"])
         assert verified["ok"] and verified["integrity"]["ok"] and verified["trust"]["ok"]
         assert [r["fingerprint_status"] for r in verified["runs"]] == ["match", "match"]

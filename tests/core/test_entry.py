@@ -97,6 +97,23 @@ def test_chain_checker_flags_each_break() -> None:
     assert issue is not None and issue.code == "JOURNAL_CHAIN_BROKEN"
 
 
+def test_a_run_never_starts_a_fresh_chain_after_its_end() -> None:
+    """docs/spec.md 3.2 rule 4: after run.end nothing of that run, not even i = 0."""
+    start = encode_entry(seq=0, run="r", i=0, kind="run.start", payload=None, prev=None, ts=1)
+    end = encode_entry(seq=1, run="r", i=1, kind="run.end", payload=None, prev=start.hash, ts=1)
+    again = encode_entry(seq=2, run="r", i=0, kind="run.start", payload=None, prev=None, ts=1)
+    checker = ChainChecker()
+    assert checker.check(start) is None and checker.check(end) is None
+    issue = checker.check(again)
+    assert issue is not None and issue.code == "JOURNAL_CHAIN_BROKEN" and "after its run.end" in issue.message
+    # Checking from the middle of a journal, the caller says which runs ended before.
+    resumed = ChainChecker(first_seq=2, lookup=lambda run: None, closed=lambda run: run == "r")
+    issue = resumed.check(again)
+    assert issue is not None and issue.code == "JOURNAL_CHAIN_BROKEN"
+    other = encode_entry(seq=2, run="s", i=0, kind="run.start", payload=None, prev=None, ts=1)
+    assert ChainChecker(first_seq=2, lookup=lambda run: None, closed=lambda run: run == "r").check(other) is None
+
+
 def test_entry_hash_is_sha256_of_line() -> None:
     line = _entry()
     assert entry_hash(line) == hashlib.sha256(line).hexdigest()

@@ -27,8 +27,8 @@ def _effect_projection(effect: dict[str, Any]) -> dict[str, Any]:
         "kind": effect["kind"],
         "name": effect["name"],
         "class": effect["class"],
-        "args": H(effect.get("args")),
-        "result": H(effect.get("result")) if ok and effect["kind"] != "clock.now" else None,
+        "args": _h(effect.get("args")),
+        "result": _h(effect.get("result")) if ok and effect["kind"] != "clock.now" else None,
         "outcome": effect.get("outcome"),
         "code": effect.get("code"),
         "attempts": effect.get("attempts", 1),
@@ -39,8 +39,44 @@ def _effect_projection(effect: dict[str, Any]) -> dict[str, Any]:
     return projected
 
 
+def _is_marker(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"__tracelock__", "hash"} and value["__tracelock__"] == "redacted"
+
+
+class _Hidden:
+    """A member a field redaction replaced by a marker: only its hash is known."""
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+
+
+def _h(value: Any) -> str:
+    return value.digest if isinstance(value, _Hidden) else H(value)
+
+
+def _readable_copies(journal: list[str]) -> dict[str, dict[str, Any]]:
+    """docs/spec.md 8.1: the copy a field redaction kept of each redacted payload (the last
+    ``payload.redact`` entry with ``fields`` and ``copy``), its named members hidden."""
+    payloads = {t[1:65]: json.loads(t[66:]) for t in journal if t.startswith("=")}
+    copies: dict[str, dict[str, Any]] = {}
+    for text in journal:
+        if not text.startswith("{"):
+            continue
+        entry = json.loads(text)
+        if entry["run"] == "tracelock:admin" and entry["kind"] == "payload.redact":
+            doc = payloads[entry["payload"]]
+            assert doc["payload"] == entry["meta"]["payload"]
+            if doc["fields"] and doc["copy"] is not None:
+                copy = dict(doc["copy"])
+                for name in doc["fields"]:
+                    assert _is_marker(copy[name])
+                    copy[name] = _Hidden(copy[name]["hash"])
+                copies[doc["payload"]] = copy
+    return copies
+
+
 def _recompute(journal: list[str], run: str) -> tuple[str, str, list[str]]:
-    payloads: dict[str, Any] = {}
+    payloads: dict[str, Any] = _readable_copies(journal)
     heads: dict[str, str] = {}
     hashes = []
     effects: dict[int, dict[str, Any]] = {}
@@ -55,6 +91,12 @@ def _recompute(journal: list[str], run: str) -> tuple[str, str, list[str]]:
             digest, data = raw[1:65].decode(), raw[66:]
             assert hashlib.sha256(data).hexdigest() == digest
             payloads[digest] = json.loads(data)
+            continue
+        if raw.startswith(b"-"):
+            # docs/spec.md 3.3: a redacted record keeps "-", the hash and one space, and
+            # every data byte becomes a space.
+            assert raw[65:66] == b" " and set(raw[66:]) <= {0x20}
+            assert raw[1:65].decode() in payloads, "an erased payload without a readable copy"
             continue
         entry = json.loads(raw)
         assert rfc8785.dumps(entry) == raw, "entry line is not canonical"
@@ -98,7 +140,53 @@ def _recompute(journal: list[str], run: str) -> tuple[str, str, list[str]]:
 
 
 def test_vectors_exist() -> None:
-    assert len(VECTORS) >= 2
+    """Every kind of case the spec asks vectors for is present."""
+    names = {path.stem for path in VECTORS}
+    assert {
+        "agent-success", "agent-denied", "gather-retry-timeout", "routing-fallback",
+        "outcome-validation-error", "outcome-execution-error", "agent-success-redacted",
+    } <= names
+
+
+def _run_docs(vector: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    journal = vector["journal"]
+    payloads = {t[1:65]: json.loads(t[66:]) for t in journal if t.startswith("=")}
+    return [
+        payloads[entry["payload"]]
+        for entry in (json.loads(t) for t in journal if t.startswith("{"))
+        if entry["run"] == vector["run"] and entry["kind"] == kind and entry["payload"] in payloads
+    ]
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_random_and_uuid_values_follow_from_the_seed(path: Path) -> None:
+    """docs/spec.md 5.2: seed_bytes are the 32 bytes the hex encodes; the tags are ASCII;
+    the step is 8 bytes big-endian; the uuid is version 4, variant 10, in byte order."""
+    vector = json.loads(path.read_text())
+    (start,) = _run_docs(vector, "run.start")
+    seed = bytes.fromhex(start["seed"])
+    assert len(seed) == 32
+    for doc in _run_docs(vector, "effect"):
+        step = doc["step"].to_bytes(8, "big")
+        if doc["kind"] == "random":
+            digest = hashlib.sha256(seed + b"random" + step).digest()
+            assert doc["result"] == (int.from_bytes(digest[:8], "big") >> 11) / 2**53
+        elif doc["kind"] == "uuid":
+            raw = bytearray(hashlib.sha256(seed + b"uuid" + step).digest()[:16])
+            raw[6] = (raw[6] & 0x0F) | 0x40
+            raw[8] = (raw[8] & 0x3F) | 0x80
+            text = raw.hex()
+            assert doc["result"] == "-".join((text[:8], text[8:12], text[12:16], text[16:20], text[20:]))
+
+
+def test_a_run_given_no_seed_uses_its_run_id() -> None:
+    """The routed case is run through ``send_intent`` with no seed: H({"run": run id})."""
+    vector = json.loads((CONFORMANCE / "fingerprint" / "routing-fallback.json").read_text())
+    (start,) = _run_docs(vector, "run.start")
+    assert start["seed"] == H({"run": vector["run"]})
+    assert any(doc["kind"] in ("random", "uuid") for doc in _run_docs(vector, "effect"))
+    routes = _run_docs(vector, "route")
+    assert [r["chosen"] for r in routes] == ["primary", "backup"]
 
 
 @pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
@@ -155,3 +243,8 @@ def _rechain(journal: list[str]) -> list[str]:
         heads[entry["run"]] = hashlib.sha256(raw).hexdigest()
         out.append(raw.decode())
     return out
+
+
+def test_the_vectors_cover_every_outcome_class() -> None:
+    outcomes = {_run_docs(json.loads(path.read_text()), "run.end")[0]["outcome"] for path in VECTORS}
+    assert outcomes == {"SUCCESS", "VALIDATION_ERROR", "DENIED", "EXECUTION_ERROR"}

@@ -237,6 +237,6 @@ def test_verify_files_in_memory_and_report_shape(store_dir: Path) -> None:
     document = report.to_dict()
     assert document["ok"] and document["integrity"]["ok"] and document["trust"]["ok"]
     assert document["trust"]["trusted_by"][0]["name"] == ORIGIN
-    assert document["checkpoint"]["size"] == 18
+    assert document["checkpoint"]["size"] == 19
     assert {run["run"] for run in document["runs"]} == {"run-a", "run-b"}
     assert io.BytesIO  # the module imports are used above

@@ -9,9 +9,11 @@ import base64
 import hashlib
 import io
 import json
+import struct
 import sys
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -250,12 +252,74 @@ def test_archives_hold_the_same_files_with_fixed_metadata() -> None:
             assert handle is not None and handle.read() == FILES[member.name]
 
 
+# -- The archives, built from docs/spec.md section 8.2 alone (no zipfile, no tarfile) -------
+
+
+def zip_from_spec(files: dict[str, bytes]) -> bytes:
+    out = bytearray()
+    central = bytearray()
+    for path in sorted(files, key=str.encode):
+        data, name = files[path], path.encode("ascii")
+        crc = zlib.crc32(data)
+        offset = len(out)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0x0000, 0x0021, crc, len(data), len(data), len(name), 0)
+        out += name + data
+        central += struct.pack(
+            "<IHHHHHHIIIHHHHHII", 0x02014B50, 0x0314, 20, 0, 0, 0x0000, 0x0021, crc, len(data), len(data),
+            len(name), 0, 0, 0, 0, 0x81A40000, offset,
+        )
+        central += name
+    start = len(out)
+    out += central
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(files), len(files), len(central), start, 0)
+    return bytes(out)
+
+
+def tar_from_spec(files: dict[str, bytes]) -> bytes:
+    out = bytearray()
+    for path in sorted(files, key=str.encode):
+        data = files[path]
+        header = bytearray(512)
+        fields = [
+            (0, path.encode("ascii")), (100, b"0000644\0"), (108, b"0000000\0"), (116, b"0000000\0"),
+            (124, b"%011o\0" % len(data)), (136, b"00000000000\0"), (148, b" " * 8), (156, b"0"),
+            (257, b"ustar\0"), (263, b"00"),
+        ]
+        for at, value in fields:
+            header[at : at + len(value)] = value
+        header[148:156] = b"%06o\0 " % sum(header)
+        out += header + data + bytes(-len(data) % 512)
+    out += bytes(1024)
+    return bytes(out + bytes(-len(out) % 10240))
+
+
+def test_the_archives_follow_the_spec_byte_for_byte() -> None:
+    """A writer in another language reproduces both archive digests from section 8.2's text."""
+    assert sha(zip_from_spec(FILES)) == VECTORS["archives"]["bundle.zip"]
+    assert sha(tar_from_spec(FILES)) == VECTORS["archives"]["bundle.tar"]
+
+
 def test_the_verifier_accepts_every_form() -> None:
     pins = load_pinned_keys([VECTORS["key"]["vkey"]])
     for target in ("bundle", "bundle.zip", "bundle.tar"):
         report = verify_bundle(GOLDEN / target, pins)
         assert report.ok, (target, [f.to_dict() for f in report.failures])
         assert {r.run: r.fingerprint for r in report.runs} == VECTORS["runs"]
+
+
+def test_a_payload_file_that_fails_its_hash_counts_as_absent(tmp_path: Path) -> None:
+    """docs/spec.md 8.3: a file under a redacted payload's name with other bytes fails
+    ``payload.hash`` (and the manifest's file list), and is otherwise absent: the payload
+    stays redacted for check 11 and check 12, so no other check fails."""
+    (redacted,) = VECTORS["redacted_payloads"]
+    bundle = tmp_path / "bundle"
+    for path, data in FILES.items():
+        (bundle / path).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / path).write_bytes(data)
+    (bundle / "payloads" / f"{redacted}.json").write_bytes(b'{"forged":true}')
+    report = verify_bundle(bundle, load_pinned_keys([VECTORS["key"]["vkey"]]))
+    assert set(report.checks_failed()) == {"payload.hash", "manifest.hash"}
+    assert {r.run: r.fingerprint for r in report.runs} == VECTORS["runs"]
 
 
 def test_recording_the_case_again_gives_the_same_bytes() -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rfc8785
+from click.testing import CliRunner
 from evidence_helpers import record_support_runs
 
+from tracelock.cli.main import cli
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND
 from tracelock.evidence.redaction import (
     RedactedPayloadError,
@@ -154,3 +157,23 @@ def test_a_redacted_run_can_still_be_loaded_and_retrieved(store_dir: Path) -> No
     # The wholly redacted step is simply absent; the run's end is intact.
     assert 1 not in after.effects and after.end == before.end
     assert len(after.redacted) == 2
+
+
+def test_show_reads_a_shared_field_redaction_through_its_copy(store_dir: Path) -> None:
+    """``show`` of another run sharing a field-redacted payload still shows the completed
+    step (through the redaction's readable copy), never an unfinished intent."""
+    with DirectoryStore(store_dir) as store:
+        redact(store, "run-a", 0, by="dpo", reason="r", fields=["args"])
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["show", "run-b", "--store", str(store_dir), "--payloads", "--json"])
+    assert shown.exit_code == 0, shown.output
+    step = json.loads(shown.output)["entries"][1]
+    assert step["summary"].startswith("step 0 llm") and step["summary"].endswith("SUCCESS")
+    assert "intent recorded" not in step["summary"]
+    assert is_field_marker(step["payload_value"]["args"])
+    assert step["payload_value"]["outcome"] == "SUCCESS"
+    with DirectoryStore(store_dir) as store:
+        redact(store, "run-b", 1, by="dpo", reason="whole")
+    whole = runner.invoke(cli, ["show", "run-b", "--store", str(store_dir)])
+    assert whole.exit_code == 0, whole.output
+    assert "payload redacted" in whole.output and "intent recorded" not in whole.output

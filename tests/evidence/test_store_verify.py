@@ -209,3 +209,25 @@ def test_an_altered_note_under_the_pinned_key_is_an_integrity_failure(store: Pat
     exit_code, doc = _verify(store, "--key", pinned_vkey(), as_json=True)
     assert exit_code == 1 and doc["issue"]["code"] == "EVIDENCE_NOTE_SIGNATURE_INVALID"
     assert "checkpoint 1" in doc["issue"]["message"]
+
+
+def test_a_run_restarted_after_its_end_breaks_the_chain(store: Path) -> None:
+    """docs/spec.md 3.2 rule 4: an entry of an ended run fails verification even as a fresh
+    chain (i 0, prev null), and the store's run count leaves out the admin chain."""
+    (store / "index.sqlite").unlink()
+    with DirectoryStore(store, read_only=True) as reader:
+        runs = {info.run for info in reader.runs()}
+    counted = invoke("verify", "--store", store, "--json")
+    assert counted.exit_code == 0 and json.loads(counted.stdout)["runs"] == len(runs - {"tracelock:admin"})
+    records = journal_records(store)
+    entries = [json.loads(r) for r in records if r.startswith(b"{")]
+    restart = {
+        "v": 1, "seq": len(entries), "run": "run-a", "i": 0, "kind": "run.start",
+        "meta": {"agent": "x", "status": "running"}, "payload": None, "prev": None, "ts": entries[-1]["ts"],
+    }
+    write_journal_records(store, [*records, jcs(restart)])
+    (store / "index.sqlite").unlink(missing_ok=True)
+    result = invoke("verify", "--store", store, "--json")
+    assert result.exit_code == 1
+    issue = json.loads(result.stdout)["issue"]
+    assert issue["code"] == "JOURNAL_CHAIN_BROKEN" and "after its run.end" in issue["message"]

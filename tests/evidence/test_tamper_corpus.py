@@ -174,6 +174,7 @@ def _without(original: Files, predicate: Callable[[dict[str, Any], int], bool]) 
         ("a middle entry of a run", lambda d, k: d["run"] == "run-a" and d["i"] == 4, "run.chain"),
         ("last entry of a run (run.end)", lambda d, k: d["run"] == "run-b" and d["kind"] == "run.end", "run.open"),
         ("the bundle's first entry (the policy)", lambda d, k: k == 0, "policy.missing"),
+        ("the runs' provenance document", lambda d, k: d["kind"] == "provenance.register", "provenance.missing"),
         ("the bundle's last entry (the redaction)", lambda d, k: d["kind"] == "payload.redact", "payload.missing"),
         ("a whole run", lambda d, k: d["run"] == "run-a", "run.missing"),
     ],

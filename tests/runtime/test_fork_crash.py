@@ -106,7 +106,7 @@ def _copy_entries(runtime: Runtime, source: str, target: str, count: int) -> Non
         elif entry.kind == "effect.intent":
             journal.intent(doc)
         elif entry.kind == "effect.result":
-            journal.result(doc, durable=True)
+            journal.result(doc, irreversible=True)
         else:
             raise AssertionError(f"unexpected entry {entry.kind} before the end of a fork")
 

@@ -135,6 +135,8 @@ def part_of(module: str, table: dict[str, tuple[list[str], set[str] | None, list
 def test_every_runtime_import_follows_the_parts_table() -> None:
     table = parts_table()
     assert {"pipeline", "doors", "facade"} <= set(table)
+    assert "provenance" in table  # what produced a run (issue 25)
+    assert "queue" in table  # the run queue and its workers (issue 23)
     modules = runtime_modules()
     wrong = []
     for name, path in modules.items():

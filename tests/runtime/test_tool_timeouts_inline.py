@@ -1,6 +1,6 @@
 """Tool timeouts without a hand-off: an async tool runs on the caller's thread, its deadline
-enforced by the caller's own event loop; a sync tool under a timeout still returns
-TOOL_TIMEOUT at the deadline while it keeps running elsewhere."""
+enforced by the caller's own event loop; a sync tool with ``timeout_mode="thread"`` still
+returns TOOL_TIMEOUT at the deadline while it keeps running elsewhere."""
 
 from __future__ import annotations
 
@@ -59,7 +59,9 @@ def runtime(tmp_path: Path, seen: dict[str, Any], release: threading.Event) -> I
             await asyncio.sleep(0)
             return "spawned"
 
-        @runtime.tool(timeout=0.05)
+        # The escape hatch: a pool thread that is abandoned, not interrupted, at the deadline
+        # (the default runs a sync tool on the caller's thread: test_tool_timeout_watchdog.py).
+        @runtime.tool(timeout=0.05, timeout_mode="thread")
         def where_sync() -> str:
             seen["sync_thread"] = threading.get_ident()
             release.wait(5)

@@ -26,7 +26,6 @@ from tracelock.storage.errors import (
     StoreError,
     StoreFormatError,
     StoreFullError,
-    StoreLockedError,
     StoreNotFoundError,
     StoreReadOnlyError,
 )
@@ -170,9 +169,25 @@ def test_unfinished_run_continues_its_chain_after_reopen(store_dir: Path) -> Non
         assert verify_store(store).ok
 
 
-def test_second_writer_is_locked_out(store_dir: Path, store: DirectoryStore) -> None:
-    with pytest.raises(StoreLockedError):
-        DirectoryStore(store_dir)
+def test_second_writer_shares_the_store_one_commit_at_a_time(store_dir: Path, store: DirectoryStore) -> None:
+    # The writer lock is held per commit: a second handle opens and appends between the
+    # first one's commits, each building on the entries the other appended.
+    with DirectoryStore(store_dir) as second:
+        first_start = store.append("a", "run.start")
+        second_start = second.append("b", "run.start")
+        shared = store.append("b", "effect", payload={"from": "first"})
+        closing = second.append("b", "run.end", meta={"status": "completed"})
+        assert (first_start.seq, second_start.seq, shared.seq, closing.seq) == (0, 1, 2, 3)
+        assert (shared.i, shared.prev) == (1, second_start.hash)
+        assert (closing.i, closing.prev) == (2, shared.hash)
+        with pytest.raises(StoreError, match="has ended"):
+            store.append("b", "effect")
+        assert second.get_payload(shared.payload or "") == {"from": "first"}
+        assert [e.seq for e in second.entries("b")] == [1, 2, 3]
+    store.sync()
+    assert verify_store(store).ok
+    with DirectoryStore(store_dir, read_only=True) as reader:
+        assert verify_store(reader, compare_index=True).ok
 
 
 def test_reader_works_while_a_writer_holds_the_lock(store_dir: Path, store: DirectoryStore) -> None:

@@ -15,11 +15,7 @@ from click.testing import CliRunner
 from tests.pg_server import LIMITED_ROLE, PASSWORD, PASSWORD_ROLE, Cluster, admin
 from tracelock import open_store
 from tracelock.cli.main import cli
-from tracelock.storage.errors import (
-    StoreConnectionError,
-    StorePermissionError,
-    StoreUnsupportedError,
-)
+from tracelock.storage.errors import StoreConnectionError, StorePermissionError
 from tracelock.storage.postgres import PostgresStore
 
 WRONG = "wr0ng-Secret!Pw"
@@ -96,16 +92,21 @@ def test_the_cli_exits_2_and_its_json_holds_no_password(pg_cluster: Cluster, pg_
     assert_no_secret(result.output, WRONG)
 
 
-def test_directory_only_commands_refuse_a_postgres_store(pg_url: str, tmp_path: Path) -> None:
-    PostgresStore(pg_url).close()
+def test_the_evidence_commands_exit_2_without_the_password(pg_cluster: Cluster, pg_database: str, tmp_path: Path) -> None:
     made = CliRunner().invoke(cli, ["keys", "generate", "--out", str(tmp_path), "--json"], catch_exceptions=False)
     assert made.exit_code == 0, made.output
     key = next(path for path in tmp_path.iterdir() if path.suffix not in (".pub", ".vkey"))
-    for args in (["verify"], ["checkpoint", "--key", str(key)], ["prove", "r"], ["export", "r", "--out", "x"], ["redact", "r", "0", "--by", "me", "--reason", "test"]):
-        result = CliRunner().invoke(cli, [*args, "--store", pg_url, "--json"], catch_exceptions=False)
+    url = pg_cluster.url(pg_database, PASSWORD_ROLE, WRONG)
+    for args in (
+        ["verify"], ["verify", "r"], ["checkpoint", "--key", str(key)], ["prove", "r"],
+        ["prove", "--consistency", "1", "2"], ["export", "r", "--out", str(tmp_path / "x")],
+        ["redact", "r", "0", "--by", "me", "--reason", "test"], ["demo"],
+    ):
+        result = CliRunner().invoke(cli, [*args, "--store", url, "--json"], catch_exceptions=False)
         assert result.exit_code == 2, (args, result.output)
-        assert json.loads(result.stdout)["error"]["code"] == "STORE_UNSUPPORTED", args
-    assert StoreUnsupportedError.code == "STORE_UNSUPPORTED"
+        assert json.loads(result.stdout)["error"]["code"] == "STORE_CONNECTION_FAILED", args
+        assert_no_secret(result.output, WRONG)
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_driver_is_imported_only_for_a_postgres_store(tmp_path: Path) -> None:

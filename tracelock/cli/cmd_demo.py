@@ -20,7 +20,8 @@ from tracelock.cli.describe import Describer
 from tracelock.examples import support
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
-from tracelock.storage.open import open_directory_store
+from tracelock.storage.open import open_store
+from tracelock.storage.postgres.location import is_postgres_location
 from tracelock.storage.verify import verify_run, verify_store
 
 TICKET = {"id": "T-1042", "text": "Hello, the keyboard from order A-1001 arrived broken. Refund?"}
@@ -33,12 +34,17 @@ TICKET = {"id": "T-1042", "text": "Hello, the keyboard from order A-1001 arrived
 def demo_command(store_path: Path, as_json: bool) -> None:
     """Record a support agent's run, then retrieve, replay and verify it."""
     say = (lambda *_: None) if as_json else click.echo
-    sandbox = store_path.parent / (store_path.name.lstrip(".") + "-demo-sandbox")
-    store = open_directory_store(store_path, what="demo")
+    if is_postgres_location(str(store_path)):
+        sandbox = Path("tracelock-demo-sandbox")  # a database has no directory beside it
+    else:
+        store_path = Path(store_path)
+        sandbox = store_path.parent / (store_path.name.lstrip(".") + "-demo-sandbox")
+    store = open_store(store_path)
+    shown = store.location  # a connection string without its password
     runtime = Runtime(store, support.POLICY_FILE, toolkits=(support.support,), sandbox=sandbox)
     report: dict[str, Any] = {}
     try:
-        say(f"tracelock demo: store {store_path}, sandbox {sandbox}\n")
+        say(f"tracelock demo: store {shown}, sandbox {sandbox}\n")
         say("1. RECORD  a support agent plans with an LLM (a deterministic stand-in), then submits")
         say("           each proposed action; every step passes RECEIVE, PARSE, VALIDATE, AUTHORIZE,")
         say("           EXECUTE, RECORD, RESPOND and is journaled before the agent sees its result.")
@@ -76,9 +82,9 @@ def demo_command(store_path: Path, as_json: bool) -> None:
             "verify_store": store_check.to_dict(),
         }
         say("Try next:")
-        say(f"  tracelock show {result.run_id} --payloads --store {store_path}")
-        say(f"  tracelock log --store {store_path}")
-        say(f"  tracelock verify --store {store_path} --json")
+        say(f"  tracelock show {result.run_id} --payloads --store {shown}")
+        say(f"  tracelock log --store {shown}")
+        say(f"  tracelock verify --store {shown} --json")
     finally:
         runtime.close()
         store.close()

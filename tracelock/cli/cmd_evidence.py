@@ -27,12 +27,15 @@ from tracelock.evidence.history import (
     SigningKey,
     StoredCheckpoint,
     load_signing_key,
+    rebuild_advice,
 )
 from tracelock.evidence.proofs import CACHE_ALTERED, JOURNAL_CHANGED, judge_tree_mismatch
 from tracelock.evidence.redaction import parse_step, redact
 from tracelock.evidence.verify import BundleReport, Failure, load_pinned_keys, verify_bundle
+from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.open import open_directory_store
+from tracelock.storage.open import open_store
+from tracelock.storage.postgres import PostgresStore
 
 
 def _signing_key(path: Path | None, *, required: bool) -> SigningKey | None:
@@ -52,8 +55,10 @@ def _signing_key(path: Path | None, *, required: bool) -> SigningKey | None:
     return load_signing_key(path)
 
 
-def _open_reader(store_path: Path) -> DirectoryStore:
-    return open_directory_store(store_path, create=False, read_only=True, what="this evidence command")
+def _open_reader(store_path: Path) -> DirectoryStore | PostgresStore:
+    """The store, read-only as far as its journal goes: the evidence commands add only
+    checkpoints (and the Merkle cache), which every backend keeps beside the journal."""
+    return open_store(store_path, create=False, read_only=True)
 
 
 def _checkpoint_text(stored: StoredCheckpoint) -> list[str]:
@@ -88,10 +93,15 @@ def checkpoint_command(key_path: Path | None, origin: str | None, store_path: Pa
     key = _signing_key(key_path, required=True)
     assert key is not None
     with _open_reader(store_path) as store:
-        history = CheckpointHistory(store.path)
+        history = CheckpointHistory.of(store)
         previous = history.latest()
         stored, created = history.sign(store, key, origin=origin)
         consistency = history.consistency(stored.number) if created else None
+        kept = (
+            f"file    {history.directory / stored.file_name}"
+            if history.directory is not None
+            else f"row     {history.place(stored)} in {store.location}"
+        )
     document: dict[str, Any] = {
         "ok": True,
         "created": created,
@@ -105,7 +115,7 @@ def checkpoint_command(key_path: Path | None, origin: str | None, store_path: Pa
             f"signed checkpoint {stored.number}" if created
             else f"checkpoint {stored.number} is current (the journal has not grown)"
         )
-        lines = [head, *_checkpoint_text(stored), f"  file    {store.path / 'checkpoints' / stored.file_name}"]
+        lines = [head, *_checkpoint_text(stored), f"  {kept}"]
         if created and previous is not None:
             lines.append(
                 f"  consistent with checkpoint {previous.number} (size {previous.size}): proof of "
@@ -147,7 +157,7 @@ def prove_command(
     if (run_id is None) == (consistency is None):
         raise UsageError("give a RUN_ID, or --consistency OLD NEW")
     with _open_reader(store_path) as store:
-        history = CheckpointHistory(store.path)
+        history = CheckpointHistory.of(store)
         if consistency is not None:
             document = _prove_consistency(store, history, *consistency)
         else:
@@ -193,7 +203,7 @@ def prove_command(
 
 
 def _prove_run(
-    store: DirectoryStore, history: CheckpointHistory, run_id: str, number: int | None
+    store: Store, history: CheckpointHistory, run_id: str, number: int | None
 ) -> dict[str, Any]:
     stored = history.get(number)
     entries = store.entries(run_id)
@@ -238,7 +248,7 @@ def _prove_run(
 
 
 def _prove_consistency(
-    store: DirectoryStore, history: CheckpointHistory, old_number: int, new_number: int
+    store: Store, history: CheckpointHistory, old_number: int, new_number: int
 ) -> dict[str, Any]:
     if old_number > new_number:
         raise UsageError("--consistency OLD NEW: OLD must not be after NEW")
@@ -276,8 +286,8 @@ def _prove_consistency(
         else:
             wrong, message = CACHE_ALTERED, (
                 "the journal itself matches both checkpoints, so the proof made from the "
-                "store's Merkle node files (a cache) is what is wrong: they were altered. "
-                "Delete the store's merkle/ directory to have them rebuilt from the journal"
+                "store's Merkle node files (a cache) is what is wrong: they were altered; "
+                + rebuild_advice(store)
             )
         document.update(error=f"[{exc.code}] {exc.message}; {message}", wrong=wrong)
     return document
@@ -365,7 +375,7 @@ def redact_command(
     marker holding its hash, and the rest stays readable. Payloads are content-addressed:
     identical bytes referenced by other entries or runs are redacted there too."""
     target = parse_step(step)
-    with open_directory_store(store_path, create=False, what="redact") as store:
+    with open_store(store_path, create=False) as store:
         result = redact(store, run_id, target, by=by, reason=reason, fields=fields)
     document = result.to_dict()
 
@@ -449,6 +459,11 @@ def _report_text(report: BundleReport) -> str:
     for result in report.replay:
         verdict = "matched" if result.get("matched") else (result.get("error") or "DIVERGED")
         lines.append(f"replay {result['run']}: {verdict}")
+        produced = result.get("provenance")
+        if isinstance(produced, dict):
+            from tracelock.runtime.provenance.record import describe_differences
+
+            lines.extend(f"  {line}" for line in describe_differences(produced))
         divergence = result.get("divergence")
         if divergence:
             lines.append(f"  {divergence.get('message')}")
@@ -474,6 +489,7 @@ def verify_bundle_target(
     replay: str | None,
     runs: tuple[str, ...],
     as_json: bool,
+    strict_environment: bool = False,
 ) -> None:
     """``tracelock verify BUNDLE``: check a bundle offline against pinned keys; exit 1 when
     any check fails (integrity, trust or replay)."""
@@ -500,6 +516,16 @@ def verify_bundle_target(
                 for result in replay_bundle(files, func, toolkits=toolkits):
                     report.replay.append(result)
                     replayed.update(len(report.replay))
+                    engine = (result.get("provenance") or {}).get("engine")
+                    if strict_environment and engine:
+                        report.fail(
+                            Failure(
+                                "replay.environment",
+                                "recorded under another engine or environment: "
+                                + ", ".join(f"{item['field']} {item['recorded']} (now {item['current']})" for item in engine),
+                                run=result["run"],
+                            )
+                        )
                     if not result["matched"]:
                         divergence = result.get("divergence") or {}
                         report.fail(

@@ -24,6 +24,7 @@ from tracelock.cli.loading import add_import_paths, import_agent, read_json_file
 from tracelock.cli.progress import Progress
 from tracelock.cli.workflow_run import load_workflow_file, require_workflow_file
 from tracelock.errors import UsageError
+from tracelock.runtime.provenance.record import describe_differences, differences
 from tracelock.runtime.records import load_run
 from tracelock.runtime.replay.compare import run_difference, step_table
 from tracelock.runtime.replay.drift import compare_attempts, detect_drift, drift_run_id, hash_seed
@@ -32,6 +33,18 @@ from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.open import open_store
+
+
+def strict_environment_option(func: Any) -> Any:
+    """``--strict-environment``: an engine or environment other than the recorded one is a
+    failure (exit 1) instead of information (for CI)."""
+    return click.option(
+        "--strict-environment",
+        "strict_environment",
+        is_flag=True,
+        help="Fail (exit 1) when the run was recorded under another engine or environment "
+        "(tracelock or Python version, platform, installed distributions).",
+    )(func)
 
 
 def _since_ms(text: str | None) -> int | None:
@@ -73,6 +86,7 @@ def _divergence_text(divergence: dict[str, Any]) -> list[str]:
     type=click.Path(path_type=Path, file_okay=False),
     help="Directory where the agents' modules are imported from, before the working directory (repeatable).",
 )
+@strict_environment_option
 @store_option
 @json_option
 @reports_errors
@@ -83,6 +97,7 @@ def replay_command(
     agent: str | None,
     workflow: Path | None,
     import_paths: tuple[Path, ...],
+    strict_environment: bool,
     store_path: Path,
     as_json: bool,
 ) -> None:
@@ -91,7 +106,12 @@ def replay_command(
     The recorded agent (module:function) is imported from the --path directories, then the
     working directory. Exit 0 when it matches, 1 on divergence (the step, what was recorded,
     what was requested, and the differing fields as JSON pointers). With --all, progress goes
-    to stderr."""
+    to stderr.
+
+    What changed since the recording is reported first, as information: the engine and
+    environment (tracelock and Python versions, platform, installed distributions), the
+    agent's modules and the tools' definitions. With --strict-environment a run recorded
+    under another engine or environment fails (exit 1) even when it matches."""
     if replay_every == (run_id is not None):
         raise UsageError("give a RUN_ID or --all")
     add_import_paths(import_paths)
@@ -125,30 +145,48 @@ def replay_command(
                         lines.append(row_lines[index])
                         lines.extend(_divergence_text(failed["divergence"] or {}))
                     lines.extend(row_lines[len(gate.diverged):])
+                for changed in gate.environment:
+                    found = {"recorded": True, "engine": changed["engine"], "modules": [], "tools": []}
+                    lines.extend(f"{changed['run']}: {line}" for line in describe_differences(found))
+                gate_failed = not gate.ok or (strict_environment and bool(gate.environment))
                 lines.append(
                     f"{gate.checked} replayed, {gate.matched} matched, {len(gate.diverged)} diverged, "
-                    f"{len(gate.skipped)} not loadable: {'PASS' if gate.ok else 'FAIL'}"
+                    f"{len(gate.skipped)} not loadable"
+                    + (f", {len(gate.environment)} recorded under another environment" if gate.environment else "")
+                    + f": {'FAIL' if gate_failed else 'PASS'}"
                 )
                 return "\n".join(lines)
 
+            if strict_environment:
+                document["ok"] = document["ok"] and not gate.environment
             emit(as_json, document, gate_text)
-            if not gate.ok:
+            if not document["ok"]:
                 sys.exit(EXIT_CHECK_FAILED)
             return
         assert run_id is not None
         if func is None:
             require_workflow_file(runtime.store, run_id)
         report = runtime.replay(run_id, func)
-    document = {"ok": report.matched} | report.to_dict()
+    failed = not report.matched or (strict_environment and report.environment_changed)
+    document = {"ok": not failed} | report.to_dict()
 
     def text() -> str:
+        # What changed since the recording comes first: it often explains a divergence.
+        lines = [f"  {line}" for line in describe_differences(report.provenance)] if report.provenance else []
         if report.matched:
-            return f"run {run_id}: replay MATCHED (fingerprint {report.replayed_fingerprint})"
-        return "\n".join([f"run {run_id}: replay DIVERGED", *_divergence_text(report.divergence or {})])
+            verdict = f"run {run_id}: replay MATCHED (fingerprint {report.replayed_fingerprint})"
+            if strict_environment and report.environment_changed:
+                verdict += "; FAILED: recorded under another engine or environment (--strict-environment)"
+            return "\n".join([verdict, *lines])
+        return "\n".join([f"run {run_id}: replay DIVERGED", *lines, *_divergence_text(report.divergence or {})])
 
     emit(as_json, document, text)
-    if not report.matched:
+    if failed:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def _only_changes(found: dict[str, Any]) -> bool:
+    return bool(found.get("engine") or found.get("modules") or found.get("tools"))
 
 
 @click.command("fork")
@@ -226,10 +264,24 @@ def live_text(run_id: str, at: int, live: list[dict[str, Any]]) -> str:
     help="Run every attempt in this process (faster; blind to drift that depends on the hash seed).",
 )
 @click.option("--seed", default=None, help="Seed of every attempt (default: the one their shared run id gives).")
+@click.option(
+    "--hold-llm",
+    "hold_llm",
+    is_flag=True,
+    help="Answer the LLM steps of every attempt after the first from the first run (separates code "
+    "drift from model variance); runs the attempts in this process.",
+)
 @json_option
 @reports_errors
 def drift_command(
-    agent: str, input_file: Path, n: int, policy: Path | None, in_process: bool, seed: str | None, as_json: bool
+    agent: str,
+    input_file: Path,
+    n: int,
+    policy: Path | None,
+    in_process: bool,
+    seed: str | None,
+    hold_llm: bool,
+    as_json: bool,
 ) -> None:
     """Run AGENT on the same input N times, each in a fresh store; exit 1 on drift.
 
@@ -245,13 +297,13 @@ def drift_command(
         def progress(done: int, digest: str | None) -> None:
             bar.update(done, note=digest)
 
-        if in_process:
+        if in_process or hold_llm:
             func, toolkits = import_agent(agent)
 
             def make(store: Any) -> Runtime:
                 return Runtime(store, policy, toolkits=tuple(toolkits))
 
-            report = detect_drift(make, func, value, n, progress=progress, seed=seed)
+            report = detect_drift(make, func, value, n, progress=progress, seed=seed, hold_llm=hold_llm)
         else:
             import_agent(agent)  # a name that cannot be imported is a usage error, once, here
             seeds = [hash_seed(number) for number in range(n)]
@@ -260,6 +312,8 @@ def drift_command(
 
     def text() -> str:
         mode = "in one process" if report.mode == "in-process" else f"in {n} processes (PYTHONHASHSEED {report.hash_seeds})"
+        if report.held_llm:
+            mode += ", LLM answers held from the first run"
         if not report.drifted:
             return f"no drift: {n} runs {mode}, one fingerprint {report.fingerprints[0]}"
         drift = report.drift or {}
@@ -271,7 +325,7 @@ def drift_command(
             f"DRIFT in run {drift.get('run')} of {n} {mode}: {drift.get('kind')} difference in "
             f"{drift.get('component')}{where}{field}{named}",
         ]
-        if drift.get("cause"):
+        if drift.get("cause") or drift.get("kind") == "model":
             lines.append(f"  {drift.get('message')}")
         if drift.get("diff"):
             lines.extend(_changes_text(drift["diff"], "first run", "this run"))
@@ -299,20 +353,24 @@ def _changes_text(changes: list[dict[str, Any]], before: str, after: str) -> lis
 @click.command("diff")
 @click.argument("run_a")
 @click.argument("run_b")
+@strict_environment_option
 @store_option
 @json_option
 @reports_errors
-def diff_command(run_a: str, run_b: str, store_path: Path, as_json: bool) -> None:
+def diff_command(run_a: str, run_b: str, strict_environment: bool, store_path: Path, as_json: bool) -> None:
     """Compare two runs step by step; exit 0 when they match (same fingerprint, no
-    difference), 1 when they differ."""
+    difference), 1 when they differ. Differences in what produced them (engine and
+    environment, modules, tool definitions) are reported as information; with
+    --strict-environment, runs recorded under different engines or environments differ."""
     with open_store(store_path, create=False, read_only=True) as store:
         a, b = load_run(store, run_a), load_run(store, run_b)
     rows = step_table(a, b)
     fp_a, fp_b = (a.end or {}).get("fingerprint"), (b.end or {}).get("fingerprint")
     first = run_difference(a, b)
-    same = fp_a == fp_b and first is None
+    produced = differences(a.start.get("provenance"), b.start.get("provenance"))
+    same = fp_a == fp_b and first is None and not (strict_environment and produced["engine"])
     document = {"ok": same, "same": same, "same_fingerprint": fp_a == fp_b, "fingerprints": [fp_a, fp_b],
-                "first_difference": first, "steps": rows}
+                "first_difference": first, "steps": rows, "provenance": produced}
 
     def text() -> str:
         lines = [f"{'STEP':>4}  {'A: ' + run_a:<36} {'B: ' + run_b:<36} DIFFERS"]
@@ -321,7 +379,11 @@ def diff_command(run_a: str, run_b: str, store_path: Path, as_json: bool) -> Non
         lines.append(f"fingerprints {'MATCH' if fp_a == fp_b else 'DIFFER'}: {fp_a} vs {fp_b}")
         if first:
             lines.append(f"first difference: {first['kind']} in {first['component']}" + (f" at step {first['step']}" if first.get("step") is not None else ""))
+            if first.get("kind") == "model":
+                lines.append(f"  {first.get('message')}")
             lines.extend(_changes_text(first.get("diff", []), "A", "B"))
+        if _only_changes(produced) or not produced["recorded"]:
+            lines.extend(f"  {line}" for line in describe_differences(produced, now="B ran", then="A ran"))
         return "\n".join(lines)
 
     emit(as_json, document, text)

@@ -23,9 +23,11 @@ from tracelock.core.entry import Entry
 from tracelock.errors import UsageError
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
+from tracelock.runtime.records import readable_payload
+from tracelock.runtime.replay.recompute import FingerprintCheck, recompute_fingerprint
 from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.open import open_directory_store, open_store
+from tracelock.storage.open import open_store
 from tracelock.storage.postgres import PostgresStore
 from tracelock.storage.verify import verify_run
 
@@ -88,10 +90,9 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
         bodies: dict[str, Any] = {}
         for entry in entries:
             if entry.payload and entry.payload not in bodies:
-                state = store.payload_state(entry.payload)
-                bodies[entry.payload] = (
-                    store.get_payload(entry.payload) if state == "present" else {"__tracelock__": state}
-                )
+                # A field redaction's readable copy stands in for the payload (so a redacted
+                # step still reads as the step it was); a wholly redacted one is a marker.
+                bodies[entry.payload] = readable_payload(store, entry.payload)[1]
     describer = Describer()
     summaries = [describer(entry, bodies.get(entry.payload or "")) for entry in entries]
     document: dict[str, Any] = {
@@ -136,6 +137,12 @@ def _traceback_of(entry: Entry, bodies: dict[str, Any]) -> dict[str, str]:
 @click.option("--allow-open", is_flag=True, help="Bundle: accept runs that have not ended.")
 @click.option("--run", "runs", multiple=True, help="Bundle: a run that must be in it (repeatable).")
 @click.option("--replay", default=None, metavar="MODULE:AGENT", help="Bundle: also re-execute the agent against its runs.")
+@click.option(
+    "--strict-environment",
+    "strict_environment",
+    is_flag=True,
+    help="Bundle, with --replay: fail when a run was recorded under another engine or environment.",
+)
 @store_option
 @json_option
 @reports_errors
@@ -146,6 +153,7 @@ def verify_command(
     allow_open: bool,
     runs: tuple[str, ...],
     replay: str | None,
+    strict_environment: bool,
     store_path: Path,
     as_json: bool,
 ) -> None:
@@ -158,15 +166,16 @@ def verify_command(
 
         verify_bundle_target(
             Path(target), keys=keys, origin=origin, allow_open=allow_open, replay=replay,
-            runs=runs, as_json=as_json,
+            runs=runs, as_json=as_json, strict_environment=strict_environment,
         )
         return
     if allow_open or runs or replay or (target is not None and (keys or origin)):
         raise UsageError(f"no bundle at {target}" if target else "give the bundle to verify")
     run_id = target
     verdict: CheckpointVerdict | None = None
+    fingerprint_check: FingerprintCheck | None = None
     pins = load_pinned_keys(keys) if keys else []
-    with open_directory_store(store_path, create=False, read_only=True, what="verify") as store:
+    with open_for_reading(store_path) as store:
         repairs = _repairs_note(store)
         if run_id is None:
             with Progress("verify", "entries", store.size()) as bar:
@@ -174,9 +183,16 @@ def verify_command(
                 bar.update(report.entries)
         else:
             report = verify_run(store, run_id)
+            # The fingerprint recomputed from the stored entries (spec 5.4), as for a bundle.
+            fingerprint_check = recompute_fingerprint(store, run_id) if report.ok else None
     document = report.to_dict() | {"repairs": repairs}
     if verdict is not None:
         document["checkpoint"] = verdict.to_dict()
+    fingerprint_failed = False
+    if run_id is not None and fingerprint_check is not None:
+        document["fingerprint"] = fingerprint_check.to_dict()
+        fingerprint_failed = not fingerprint_check.ok
+        document["ok"] = bool(document.get("ok", report.ok)) and not fingerprint_failed
 
     def text() -> str:
         lines = []
@@ -193,12 +209,26 @@ def verify_command(
         if verdict is not None:
             lines.append(verdict.describe())
             lines.extend(f"note: {note}" for note in verdict.notes)
+        if run_id is not None and fingerprint_check is not None:
+            lines.append(fingerprint_line(fingerprint_check))
         lines.extend(f"note: {note}" for note in report.notes)
         return "\n".join(lines)
 
     emit(as_json, document, text)
-    if not report.ok:
+    if not report.ok or fingerprint_failed:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def fingerprint_line(check: FingerprintCheck) -> str:
+    """How ``verify RUN`` reports the recomputed fingerprint."""
+    if check.status == "match":
+        return f"fingerprint {check.recorded} recomputed from the entries: match"
+    if check.status == "mismatch":
+        return (
+            f"FAILED: fingerprint MISMATCH: run.end records {check.recorded}, the entries give "
+            f"{check.recomputed or '(none)'}" + (f" ({check.detail})" if check.detail else "")
+        )
+    return f"fingerprint {check.recorded or '?'}: {check.detail}"
 
 
 @click.group("store")

@@ -44,6 +44,8 @@ def describe(entry: Entry, doc: Any) -> str:
     """Describe an entry given its payload document (None when it has none)."""
     meta = entry.meta or {}
     kind = entry.kind
+    if isinstance(doc, dict) and doc.get("__tracelock__") in ("redacted", "missing") and set(doc) <= {"__tracelock__", "hash"}:
+        return f"{kind} (payload {doc['__tracelock__']})"
     if kind in ("effect", "effect.result") and isinstance(doc, dict):
         return describe_step(doc)
     if kind == "effect.intent" and isinstance(doc, dict):
@@ -61,6 +63,10 @@ def describe(entry: Entry, doc: Any) -> str:
         return f"workflow step {doc.get('step')} done"
     if kind == "route" and isinstance(doc, dict):
         return f"route {doc.get('intent')} -> {doc.get('chosen')} ({doc.get('reason', '')})"
+    if kind in ("stop.set", "stop.lift") and isinstance(doc, dict):
+        target = f"tool {doc.get('tool')}" if doc.get("tool") is not None else f"every {doc.get('class')} tool"
+        verb = "stop" if kind == "stop.set" else "lift the stop on"
+        return f"{verb} {target} by {doc.get('by')}: {doc.get('reason')}"
     if kind == "run.traceback" and isinstance(doc, dict):
         where = "the agent" if doc.get("step") is None else f"step {doc.get('step')} ({doc.get('where')})"
         return f"traceback of {where}: {doc.get('exception')}"

@@ -22,6 +22,10 @@ _COMMAND_MODULES = [
     "tracelock.cli.cmd_scan",
     "tracelock.cli.cmd_keys",
     "tracelock.cli.cmd_evidence",
+    "tracelock.cli.cmd_stop",
+    "tracelock.cli.cmd_ui",
+    "tracelock.cli.cmd_mcp",
+    "tracelock.cli.cmd_worker",
 ]
 
 

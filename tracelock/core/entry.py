@@ -29,6 +29,8 @@ from tracelock.errors import CanonicalError, StoreError
 __all__ = [
     "ADMIN_RUN",
     "FORMAT_VERSION",
+    "POLICY_KIND",
+    "PROVENANCE_KIND",
     "REDACTION_KIND",
     "TERMINAL_KINDS",
     "ChainChecker",
@@ -53,6 +55,11 @@ ADMIN_RUN = "tracelock:admin"
 
 #: Kind of the admin entry that records a payload's removal; ``meta`` names the payload.
 REDACTION_KIND = "payload.redact"
+
+#: Kinds of the admin entries that keep a document once for every run that names its hash
+#: (a ``run.start`` payload's ``policy`` and ``provenance`` members).
+POLICY_KIND = "policy.register"
+PROVENANCE_KIND = "provenance.register"
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)*")
@@ -307,17 +314,28 @@ class ChainChecker:
         self,
         first_seq: int = 0,
         lookup: Callable[[str], tuple[int, str] | None] | None = None,
+        closed: Callable[[str], bool] | None = None,
     ) -> None:
         self.next_seq = first_seq
         self._heads: dict[str, tuple[int, str]] = {}
+        # Runs whose chain a run.end closed (chain rule 4: closed for good), as the first 16
+        # bytes of the SHA-256 of the id: memory grows with the number of runs, not entries.
+        self._closed: set[bytes] = set()
         # When checking from the middle of a journal, heads of runs opened earlier come from
-        # ``lookup`` (the index); None there means the run is unknown or already closed.
+        # ``lookup`` (the index); None there means the run is unknown or already closed, and
+        # ``closed`` tells the two apart for runs that ended before the checked part.
         self._lookup = lookup
+        self._closed_before = closed
 
     @classmethod
-    def resume(cls, next_seq: int, heads: dict[str, tuple[int, str]]) -> ChainChecker:
+    def resume(
+        cls,
+        next_seq: int,
+        heads: dict[str, tuple[int, str]],
+        closed: Callable[[str], bool] | None = None,
+    ) -> ChainChecker:
         """A checker that continues from a known position (used after a fast pre-check)."""
-        checker = cls(next_seq)
+        checker = cls(next_seq, closed=closed)
         checker._heads = dict(heads)
         return checker
 
@@ -337,6 +355,13 @@ class ChainChecker:
         if head is None and entry.i != 0 and self._lookup is not None:
             head = self._lookup(entry.run)
         if head is None:
+            if self._has_ended(entry.run):
+                return ChainIssue(
+                    "JOURNAL_CHAIN_BROKEN",
+                    entry.seq,
+                    entry.run,
+                    f"run {entry.run} continues after its run.end (a run's chain is closed for good)",
+                )
             if entry.i != 0:
                 return ChainIssue(
                     "JOURNAL_CHAIN_BROKEN",
@@ -364,6 +389,16 @@ class ChainChecker:
                 )
         if entry.kind in TERMINAL_KINDS:
             self._heads.pop(entry.run, None)
+            self._closed.add(_run_key(entry.run))
         else:
             self._heads[entry.run] = (entry.i, entry.hash)
         return None
+
+    def _has_ended(self, run: str) -> bool:
+        if _run_key(run) in self._closed:
+            return True
+        return self._closed_before is not None and self._closed_before(run)
+
+
+def _run_key(run: str) -> bytes:
+    return hashlib.sha256(run.encode()).digest()[:16]

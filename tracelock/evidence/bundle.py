@@ -24,14 +24,13 @@ import re
 import stat
 import tarfile
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tracelock.core.canonical import dumps, loads
-from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
-from tracelock.core.merkle import leaf_hash
+from tracelock.core.entry import ADMIN_RUN, POLICY_KIND, PROVENANCE_KIND, REDACTION_KIND, Entry
 from tracelock.errors import EvidenceError
 from tracelock.evidence.history import (
     CheckpointHistory,
@@ -40,11 +39,9 @@ from tracelock.evidence.history import (
     StoredCheckpoint,
 )
 from tracelock.evidence.keys import PrivateKey
-from tracelock.evidence.proofs import batch_inclusion_proofs
-from tracelock.storage.directory import DirectoryStore
+from tracelock.evidence.proofs import batch_inclusion_proofs, journal_leaf_hashes
+from tracelock.storage.backend import Store
 from tracelock.storage.errors import RunNotFoundError
-from tracelock.storage.journal_file import ENTRY as ENTRY_RECORD
-from tracelock.storage.journal_file import Record
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -56,7 +53,6 @@ __all__ = [
     "ExportIncompleteError",
     "ExportResult",
     "ExportRunOpenError",
-    "POLICY_KIND",
     "bundle_kind",
     "collect_bundle",
     "export_bundle",
@@ -71,7 +67,6 @@ CHECKPOINT = "checkpoint.note"
 ENTRIES = "entries.jsonl"
 PROOFS = "proofs.jsonl"
 PAYLOAD_DIR = "payloads"
-POLICY_KIND = "policy.register"
 #: A verifier refuses to read more than this many bytes of bundle content.
 MAX_BUNDLE_BYTES = 1 << 31
 #: Below one proof per this many leaves, proofs come from the store one by one.
@@ -148,7 +143,7 @@ def _status(entries: Sequence[Entry]) -> str:
 
 
 def _readable(
-    store: DirectoryStore, digest: str | None, redactions: dict[str, list[Entry]]
+    store: Store, digest: str | None, redactions: dict[str, list[Entry]]
 ) -> Any:
     """A payload's document, or the copy kept by a field redaction of it, or None."""
     if digest is None:
@@ -163,7 +158,7 @@ def _readable(
 
 
 def collect_bundle(
-    store: DirectoryStore,
+    store: Store,
     run_ids: Iterable[str],
     checkpoint: StoredCheckpoint,
     *,
@@ -198,6 +193,7 @@ def collect_bundle(
     selected: dict[int, Entry] = {}
     summaries: list[dict[str, Any]] = []
     policies: set[str] = set()
+    provenances: set[str] = set()
     for run in runs:
         entries = store.entries(run)
         last = entries[-1]
@@ -234,15 +230,31 @@ def collect_bundle(
         policy = start_doc.get("policy") if isinstance(start_doc, dict) else None
         if isinstance(policy, str):
             policies.add(policy)
+        provenance = start_doc.get("provenance") if isinstance(start_doc, dict) else None
+        if isinstance(provenance, str):
+            provenances.add(provenance)
         if progress is not None:
             progress(len(summaries), len(runs))
-    registered = {e.payload: e for e in admin if e.kind == POLICY_KIND and e.payload}
+    # The first register entry of each document (two writers may both have registered it).
+    registered: dict[str, Entry] = {}
+    described: dict[str, Entry] = {}
+    for entry in admin:
+        if entry.payload and entry.kind in (POLICY_KIND, PROVENANCE_KIND):
+            (registered if entry.kind == POLICY_KIND else described).setdefault(entry.payload, entry)
     for policy in sorted(policies):
         register = registered.get(policy)
         if register is None:
             raise ExportIncompleteError(
                 f"policy {policy} used by the runs has no policy.register entry in the store",
                 details={"policy": policy},
+            )
+        selected[register.seq] = register
+    for provenance in sorted(provenances):
+        register = described.get(provenance)
+        if register is None:
+            raise ExportIncompleteError(
+                f"provenance {provenance} named by the runs has no provenance.register entry in the store",
+                details={"provenance": provenance},
             )
         selected[register.seq] = register
     # Redaction entries of every payload the bundle refers to (and, in turn, of theirs).
@@ -309,20 +321,14 @@ def collect_bundle(
     return files
 
 
-def _leaf_hashes(store: DirectoryStore) -> Iterator[bytes]:
-    for record in store.iter_records(0):
-        if isinstance(record, Record) and record.kind == ENTRY_RECORD:
-            yield leaf_hash(record.data)
-
-
 def _inclusion_proofs(
-    store: DirectoryStore, checkpoint: StoredCheckpoint, seqs: Sequence[int]
+    store: Store, checkpoint: StoredCheckpoint, seqs: Sequence[int]
 ) -> dict[int, list[bytes]]:
     """The inclusion proof of each seq in the checkpoint's tree: asked of the store one by
     one for a few entries, computed in one pass over the journal for many."""
     if len(seqs) * _BATCH_RATIO < checkpoint.size:
         return {seq: store.inclusion_proof(seq, checkpoint.size) for seq in seqs}
-    root, proofs = batch_inclusion_proofs(_leaf_hashes(store), checkpoint.size, seqs)
+    root, proofs = batch_inclusion_proofs(journal_leaf_hashes(store), checkpoint.size, seqs)
     if root != checkpoint.root:
         raise CheckpointInconsistentError(
             f"the journal's first {checkpoint.size} entries do not hash to the root of "
@@ -428,7 +434,7 @@ class ExportResult:
 
 
 def export_bundle(
-    store: DirectoryStore,
+    store: Store,
     run_ids: Iterable[str],
     out: Path,
     *,
@@ -445,7 +451,7 @@ def export_bundle(
     bundle_kind(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BundleExistsError(f"{out} already exists", details={"path": str(out)})
-    history = CheckpointHistory(store.path)
+    history = CheckpointHistory.of(store)
     signed = False
     if key is not None and checkpoint is None:
         latest = history.latest()

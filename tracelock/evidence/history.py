@@ -1,6 +1,6 @@
-"""The checkpoint history of a directory store, and the signing of new checkpoints.
+"""The checkpoint history of a store, and the signing of new checkpoints.
 
-Layout, inside the store directory::
+A directory store keeps it in files, inside the store directory::
 
     checkpoints/00000001.note               signed checkpoint 1 (c2sp tlog-checkpoint note)
     checkpoints/00000002.consistency.json   consistency proof from checkpoint 1 to 2
@@ -10,7 +10,11 @@ Layout, inside the store directory::
     checkpoints/lock                        serializes signers
 
 The note files are the history; ``index.jsonl`` is a convenience for people and tools, and
-is rewritten from the notes whenever it disagrees with them. A new checkpoint is signed only
+is rewritten from the notes whenever it disagrees with them. A PostgreSQL store keeps it in
+its database: one ``tracelock_checkpoints`` row per checkpoint (number, note, consistency
+record, signers' verifier keys), written in one transaction, with signers serialized by an
+advisory lock. The two differ only in :class:`_FileRecords` and :class:`_TableRecords`;
+numbering, signing and every check are the same code. A new checkpoint is signed only
 after the store's tree is proved consistent with the previous checkpoint (RFC 9162 2.1.4):
 a tree that is not (the journal was truncated or rewritten) is refused, never signed.
 """
@@ -23,10 +27,10 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from tracelock.core.canonical import dumps, loads
 from tracelock.core.merkle import verify_consistency
@@ -37,9 +41,12 @@ from tracelock.evidence.note import NoteSigner, NoteVerifier, parse_note
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.files import write_durably
-from tracelock.storage.merkle_stream import MerkleStream, open_node_files
+from tracelock.storage.merkle_stream import MerkleStream, StoredNodes, open_node_files
 from tracelock.storage.merkle_tree import MerkleTreeTamperedError
 from tracelock.storage.verify import verify_store
+
+if TYPE_CHECKING:
+    from tracelock.storage.postgres.store import PostgresStore
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -53,6 +60,8 @@ __all__ = [
     "SigningKey",
     "StoredCheckpoint",
     "load_signing_key",
+    "open_merkle_cache",
+    "rebuild_advice",
 ]
 
 CHECKPOINT_DIR = "checkpoints"
@@ -99,6 +108,8 @@ class StoredCheckpoint:
     checkpoint: Checkpoint
     note: str
     signers: tuple[tuple[str, int], ...]
+    #: Where the history keeps it (the note file inside the store directory, or the row).
+    place: str = ""
 
     @property
     def origin(self) -> str:
@@ -123,7 +134,7 @@ class StoredCheckpoint:
             "size": self.size,
             "root": self.root.hex(),
             "root_base64": self.checkpoint.root_base64,
-            "file": f"{CHECKPOINT_DIR}/{self.file_name}",
+            "file": self.place or f"{CHECKPOINT_DIR}/{self.file_name}",
             "note_sha256": hashlib.sha256(self.note.encode("utf-8")).hexdigest(),
             "signers": [{"name": name, "key_id": f"{key_id:08x}"} for name, key_id in self.signers],
         }
@@ -156,53 +167,220 @@ def load_signing_key(path: Path) -> SigningKey:
 
 
 
-class CheckpointHistory:
-    """The numbered, signed checkpoints kept in ``<store>/checkpoints``."""
+class _Records(Protocol):
+    """Where a history keeps its checkpoints (the files, or the table)."""
+
+    where: str
+
+    def numbers(self) -> list[int]: ...
+
+    def note(self, number: int) -> bytes | None: ...
+
+    def consistency(self, number: int) -> bytes | None: ...
+
+    def place(self, number: int) -> str: ...
+
+    def locked(self) -> AbstractContextManager[None]: ...
+
+    def add(self, stored: StoredCheckpoint, consistency: bytes | None, vkeys: list[str]) -> None: ...
+
+    def index(self, history: CheckpointHistory) -> list[dict[str, Any]]: ...
+
+
+class _FileRecords:
+    """``<store>/checkpoints``: one note file per checkpoint, one consistency file, and
+    ``index.jsonl`` (a cache rewritten from the notes)."""
 
     def __init__(self, store_dir: str | os.PathLike[str]) -> None:
         self.directory = Path(store_dir) / CHECKPOINT_DIR
+        self.where = str(self.directory)
 
-    # -- reading -------------------------------------------------------------------------
     def numbers(self) -> list[int]:
-        """Checkpoint numbers present, ascending (they must run from 1 without gaps)."""
         if not self.directory.is_dir():
             return []
-        found = sorted(
+        return sorted(
             int(match.group(1))
             for name in os.listdir(self.directory)
             if (match := _NOTE_FILE.fullmatch(name)) is not None
         )
+
+    def _read(self, path: Path) -> bytes | None:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointHistoryError(f"cannot read {path}: {exc.strerror}") from None
+
+    def note(self, number: int) -> bytes | None:
+        return self._read(self.directory / f"{number:08d}.note")
+
+    def consistency(self, number: int) -> bytes | None:
+        return self._read(self.directory / f"{number:08d}.consistency.json")
+
+    def place(self, number: int) -> str:
+        return f"{CHECKPOINT_DIR}/{number:08d}.note"
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def add(self, stored: StoredCheckpoint, consistency: bytes | None, vkeys: list[str]) -> None:
+        number = stored.number
+        if consistency is not None:
+            write_durably(self.directory / f"{number:08d}.consistency.json", consistency)
+        write_durably(self.directory / f"{number:08d}.note", stored.note.encode("utf-8"))
+        line = dumps(stored.to_dict() | {"vkeys": vkeys}) + b"\n"
+        path = self.directory / INDEX_FILE
+        if self._index_lines() != number - 1:
+            self.rebuild_index()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _index_lines(self) -> int:
+        try:
+            return (self.directory / INDEX_FILE).read_bytes().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
+    def index(self, history: CheckpointHistory) -> list[dict[str, Any]]:
+        path = self.directory / INDEX_FILE
+        numbers = history.numbers()
+        try:
+            lines = [loads(line) for line in path.read_bytes().splitlines() if line]
+        except (OSError, ValueError):
+            lines = []
+        if [line.get("number") if isinstance(line, dict) else None for line in lines] != numbers:
+            self.rebuild_index(history)
+            lines = [loads(line) for line in path.read_bytes().splitlines() if line]
+        return [line for line in lines if isinstance(line, dict)]
+
+    def rebuild_index(self, history: CheckpointHistory | None = None) -> None:
+        """Rewrite ``index.jsonl`` from the note files (signer keys are then unknown)."""
+        history = history or CheckpointHistory(self.directory.parent)
+        lines = [dumps(history.load(n).to_dict() | {"vkeys": []}) + b"\n" for n in history.numbers()]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_durably(self.directory / INDEX_FILE, b"".join(lines))
+
+
+class _TableRecords:
+    """A PostgreSQL store's ``tracelock_checkpoints`` table."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.where = f"the tracelock_checkpoints table of {store.location}"
+
+    def numbers(self) -> list[int]:
+        return self.store.checkpoint_numbers()
+
+    def note(self, number: int) -> bytes | None:
+        record = self.store.checkpoint_record(number)
+        return None if record is None else record[0]
+
+    def consistency(self, number: int) -> bytes | None:
+        record = self.store.checkpoint_record(number)
+        return None if record is None else record[1]
+
+    def place(self, number: int) -> str:
+        return f"tracelock_checkpoints/{number}"
+
+    def locked(self) -> AbstractContextManager[None]:
+        return self.store.checkpoint_lock()
+
+    def add(self, stored: StoredCheckpoint, consistency: bytes | None, vkeys: list[str]) -> None:
+        self.store.add_checkpoint(stored.number, stored.note.encode("utf-8"), consistency, dumps(vkeys).decode())
+
+    def index(self, history: CheckpointHistory) -> list[dict[str, Any]]:
+        lines: list[dict[str, Any]] = []
+        for number in history.numbers():
+            record = self.store.checkpoint_record(number)
+            try:
+                vkeys = loads(record[2]) if record is not None else []
+            except ValueError:
+                vkeys = []
+            listed = [v for v in vkeys if isinstance(v, str)] if isinstance(vkeys, list) else []
+            lines.append(history.load(number).to_dict() | {"vkeys": listed})
+        return lines
+
+
+class CheckpointHistory:
+    """The numbered, signed checkpoints of a store: ``<store>/checkpoints`` for a
+    directory store (give its path), the ``tracelock_checkpoints`` table for a PostgreSQL
+    store (give the store; :meth:`of` picks for any store)."""
+
+    def __init__(self, store: str | os.PathLike[str] | PostgresStore) -> None:
+        if isinstance(store, str | os.PathLike):
+            files = _FileRecords(store)
+            self.directory: Path | None = files.directory
+            self._records: _Records = files
+        else:
+            self.directory = None
+            self._records = _TableRecords(store)
+
+    @classmethod
+    def of(cls, store: Store) -> CheckpointHistory:
+        """The history of an open store, wherever its backend keeps it."""
+        if isinstance(store, DirectoryStore):
+            return cls(store.path)
+        from tracelock.storage.postgres.store import PostgresStore
+
+        if isinstance(store, PostgresStore):
+            return cls(store)
+        raise EvidenceError(f"{type(store).__name__} stores keep no checkpoint history")
+
+    @property
+    def where(self) -> str:
+        """Where the history is kept, for people."""
+        return self._records.where
+
+    def place(self, stored: StoredCheckpoint) -> str:
+        """Where checkpoint ``stored`` is kept: a file inside the store, or a table row."""
+        return stored.place or self._records.place(stored.number)
+
+    # -- reading -------------------------------------------------------------------------
+    def numbers(self) -> list[int]:
+        """Checkpoint numbers present, ascending (they must run from 1 without gaps)."""
+        found = self._records.numbers()
         for expected, number in enumerate(found, 1):
             if number != expected:
                 raise CheckpointHistoryError(
-                    f"the checkpoint history in {self.directory} has a gap: checkpoint "
+                    f"the checkpoint history in {self.where} has a gap: checkpoint "
                     f"{expected} is missing",
                     details={"missing": expected},
                 )
         return found
 
     def load(self, number: int) -> StoredCheckpoint:
-        path = self.directory / f"{number:08d}.note"
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = self._records.note(number)
+        place = self._records.place(number)
+        if data is None:
             raise CheckpointNotFoundError(
-                f"no checkpoint {number} in {self.directory}", details={"number": number}
-            ) from None
-        except OSError as exc:
-            raise CheckpointHistoryError(f"cannot read {path}: {exc.strerror}") from None
+                f"no checkpoint {number} in {self.where}", details={"number": number}
+            )
         try:
             text, signatures = parse_note(data)
             body = Checkpoint.from_body(text)
         except EvidenceError as exc:
             raise CheckpointHistoryError(
-                f"{path} is not a signed checkpoint: {exc.message}", details={"file": str(path)}
+                f"{place} in {self.where} is not a signed checkpoint: {exc.message}",
+                details={"file": place},
             ) from None
         return StoredCheckpoint(
             number,
             body,
             data.decode("utf-8"),
             tuple((sig.name, sig.key_id) for sig in signatures),
+            place,
         )
 
     def latest(self) -> StoredCheckpoint | None:
@@ -222,31 +400,24 @@ class CheckpointHistory:
 
     def consistency(self, number: int) -> dict[str, Any] | None:
         """The stored consistency proof from checkpoint ``number - 1`` to ``number``."""
-        path = self.directory / f"{number:08d}.consistency.json"
-        try:
-            doc = loads(path.read_bytes())
-        except FileNotFoundError:
+        data = self._records.consistency(number)
+        if data is None:
             return None
-        except (OSError, ValueError) as exc:
-            raise CheckpointHistoryError(f"cannot read {path}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise CheckpointHistoryError(f"{path} is not a consistency proof document")
-        return doc
-
-    # -- writing -------------------------------------------------------------------------
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            doc = loads(data)
+        except ValueError as exc:
+            raise CheckpointHistoryError(
+                f"the consistency proof of checkpoint {number} in {self.where} is unreadable: {exc}"
+            ) from None
+        if not isinstance(doc, dict):
+            raise CheckpointHistoryError(
+                f"the consistency proof of checkpoint {number} in {self.where} is not a proof document"
+            )
+        return doc
 
     def sign(
         self,
-        store: DirectoryStore,
+        store: Store,
         key: SigningKey | PrivateKey,
         *,
         origin: str | None = None,
@@ -266,7 +437,7 @@ class CheckpointHistory:
         (a cache, which may be stale or altered) alone.
         """
         signing = key if isinstance(key, SigningKey) else SigningKey(key)
-        with self._locked():
+        with self._records.locked():
             size = store.tree_size()
             root = store.tree_root(size)
             last = self.latest()
@@ -292,28 +463,28 @@ class CheckpointHistory:
             body = Checkpoint(chosen, size, root)
             note = sign_checkpoint(body, signer)
             number = (last.number if last else 0) + 1
+            consistency: bytes | None = None
             if last is not None:
                 record = {
                     "from": {"number": last.number, "size": last.size, "root": last.root.hex()},
                     "to": {"number": number, "size": size, "root": root.hex()},
                     "proof": [node.hex() for node in proof],
                 }
-                write_durably(
-                    self.directory / f"{number:08d}.consistency.json", dumps(record) + b"\n"
-                )
-            write_durably(self.directory / f"{number:08d}.note", note.encode("utf-8"))
-            stored = StoredCheckpoint(number, body, note, ((signer.name, signer.key_id),))
-            self._append_index(stored, signer)
+                consistency = dumps(record) + b"\n"
+            stored = StoredCheckpoint(
+                number, body, note, ((signer.name, signer.key_id),), self._records.place(number)
+            )
+            self._records.add(stored, consistency, [signer.verifier().vkey])
             return stored, True
 
     def _recheck(
-        self, store: DirectoryStore, last: StoredCheckpoint | None, size: int, root: bytes
+        self, store: Store, last: StoredCheckpoint | None, size: int, root: bytes
     ) -> None:
         """Verify the journal and compare its own root with the previous checkpoint's and
-        with the one the node files give (``size``, ``root``); raise on any difference."""
-        cache, _ = open_node_files(store.path / "merkle")
+        with the one the Merkle cache gives (``size``, ``root``); raise on any difference."""
+        cache, _ = open_merkle_cache(store)
         try:
-            stream = MerkleStream([last.size] if last is not None else [], cache)
+            stream = MerkleStream([size, *([last.size] if last is not None else [])], cache)
             report = verify_store(store, merkle=stream)
         finally:
             if cache is not None:
@@ -343,23 +514,25 @@ class CheckpointHistory:
         if stream.mismatch is not None:
             bad = stream.mismatch
             raise MerkleTreeTamperedError(
-                f"the Merkle node files of {store.path} disagree with the journal: stored "
+                f"the Merkle nodes of {store.location} disagree with the journal: stored "
                 f"node {bad.index} of level {bad.level} (entries {bad.first_leaf}-"
-                f"{bad.last_leaf}) is not the one the journal gives; refusing to sign (delete "
-                "the store's merkle/ directory to have them rebuilt from the journal)",
+                f"{bad.last_leaf}) is not the one the journal gives; refusing to sign "
+                f"({rebuild_advice(store)})",
                 details={"level": bad.level, "index": bad.index},
             )
-        if (size, root) != (report.entries, stream.root()):
+        # Other processes may append meanwhile (to either backend: the directory store's
+        # writer lock is held per commit): the journal may have grown past ``size``.
+        grown = report.entries < size
+        if grown or stream.roots.get(size) != root:
             raise MerkleTreeTamperedError(
-                f"the Merkle node files of {store.path} disagree with the journal: they give "
+                f"the Merkle nodes of {store.location} disagree with the journal: they give "
                 f"size {size} and root {root.hex()}, the journal {report.entries} and "
-                f"{stream.root().hex()}; refusing to sign (delete the store's merkle/ "
-                "directory to have them rebuilt from the journal)",
+                f"{stream.root().hex()}; refusing to sign ({rebuild_advice(store)})",
                 details={"size": size, "journal_size": report.entries},
             )
 
     def _prove_extension(
-        self, store: DirectoryStore, last: StoredCheckpoint, size: int, root: bytes
+        self, store: Store, last: StoredCheckpoint, size: int, root: bytes
     ) -> list[bytes]:
         """The consistency proof from ``last`` to the store's tree, checked; raises
         :class:`CheckpointInconsistentError` when the journal no longer extends ``last``."""
@@ -383,44 +556,16 @@ class CheckpointHistory:
             ) from None
         return proof
 
-    def _append_index(self, stored: StoredCheckpoint, signer: NoteSigner) -> None:
-        line = dumps(
-            stored.to_dict() | {"vkeys": [signer.verifier().vkey]}
-        ) + b"\n"
-        path = self.directory / INDEX_FILE
-        if self._index_lines() != stored.number - 1:
-            self.rebuild_index()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _index_lines(self) -> int:
-        try:
-            return (self.directory / INDEX_FILE).read_bytes().count(b"\n")
-        except FileNotFoundError:
-            return 0
-
     def index(self) -> list[dict[str, Any]]:
-        """The index lines (rebuilt from the notes when they disagree)."""
-        path = self.directory / INDEX_FILE
-        numbers = self.numbers()
-        try:
-            lines = [loads(line) for line in path.read_bytes().splitlines() if line]
-        except (OSError, ValueError):
-            lines = []
-        if [line.get("number") if isinstance(line, dict) else None for line in lines] != numbers:
-            self.rebuild_index()
-            lines = [loads(line) for line in path.read_bytes().splitlines() if line]
-        return [line for line in lines if isinstance(line, dict)]
+        """One document per checkpoint: its :meth:`StoredCheckpoint.to_dict` and ``vkeys``
+        (a directory store's ``index.jsonl``, rebuilt from the notes when they disagree)."""
+        return self._records.index(self)
 
     def rebuild_index(self) -> None:
-        """Rewrite ``index.jsonl`` from the note files (signer keys are then unknown)."""
-        lines = [dumps(self.load(n).to_dict() | {"vkeys": []}) + b"\n" for n in self.numbers()]
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_durably(self.directory / INDEX_FILE, b"".join(lines))
+        """Rewrite a directory store's ``index.jsonl`` from the note files (signer keys are
+        then unknown); nothing to do for a history kept in a table."""
+        if isinstance(self._records, _FileRecords):
+            self._records.rebuild_index(self)
 
     def signer_vkeys(self, number: int) -> list[str]:
         """The verifier keys recorded for checkpoint ``number`` when it was signed
@@ -432,8 +577,31 @@ class CheckpointHistory:
         return []
 
 
+def open_merkle_cache(store: Store) -> tuple[StoredNodes | None, str | None]:
+    """The store's stored Merkle nodes to compare with its journal (see
+    :func:`tracelock.storage.merkle_stream.open_node_files`): a directory store's node
+    files, a PostgreSQL store's node table; (None, why) when unusable, (None, None) when
+    there are none."""
+    if isinstance(store, DirectoryStore):
+        return open_node_files(store.path / "merkle")
+    from tracelock.storage.postgres.merkle import NodeTable
+    from tracelock.storage.postgres.store import PostgresStore
+
+    if isinstance(store, PostgresStore):
+        table = NodeTable(store)
+        return (table, None) if table.stored_levels() else (None, None)
+    return None, None
+
+
+def rebuild_advice(store: Store) -> str:
+    """How to have a store's Merkle cache rebuilt from its journal."""
+    if isinstance(store, DirectoryStore):
+        return "delete the store's merkle/ directory to have them rebuilt from the journal"
+    return "delete the rows of its tracelock_merkle_nodes table to have them rebuilt from the journal"
+
+
 class Checkpointer:
-    """Signs a checkpoint of a directory store each time it is called.
+    """Signs a checkpoint of the store each time it is called (any backend).
 
     Give it to ``Runtime(..., checkpointer=Checkpointer(key))`` to checkpoint every run as
     soon as its ``run.end`` is durable. ``key`` is a private key, a :class:`SigningKey`, or
@@ -467,12 +635,8 @@ class Checkpointer:
         self.last: StoredCheckpoint | None = None
 
     def __call__(self, store: Store) -> StoredCheckpoint:
-        if not isinstance(store, DirectoryStore):
-            raise EvidenceError(
-                f"checkpoints are kept for directory stores; {type(store).__name__} has none"
-            )
         with self._lock:
-            stored, _ = CheckpointHistory(store.path).sign(
+            stored, _ = CheckpointHistory.of(store).sign(
                 store, self._key, origin=self._origin, recheck=self._recheck
             )
             self.last = stored

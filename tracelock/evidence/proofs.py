@@ -15,7 +15,7 @@ give a checkpoint's root: the node files (a cache) or the journal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from hashlib import sha256 as _sha256
 
 from tracelock.core.merkle import (
@@ -28,32 +28,51 @@ from tracelock.core.merkle import (
     split_point,
     verify_inclusion,
 )
+from tracelock.evidence.history import rebuild_advice
+from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.journal_file import ENTRY, Record
 from tracelock.storage.merkle_stream import MerkleStream
 
-__all__ = ["CACHE_ALTERED", "JOURNAL_CHANGED", "InclusionVerifier", "batch_inclusion_proofs", "judge_tree_mismatch"]
+__all__ = [
+    "CACHE_ALTERED",
+    "JOURNAL_CHANGED",
+    "InclusionVerifier",
+    "batch_inclusion_proofs",
+    "journal_leaf_hashes",
+    "judge_tree_mismatch",
+]
 
 #: Which side :func:`judge_tree_mismatch` found wrong.
 CACHE_ALTERED = "merkle_cache"
 JOURNAL_CHANGED = "journal"
 
 
-def judge_tree_mismatch(store: DirectoryStore, number: int, size: int, root: bytes) -> tuple[str, str]:
+def journal_leaf_hashes(store: Store) -> Iterator[bytes]:
+    """The leaf hash of every entry in ``seq`` order, computed from the entries themselves
+    (the directory store's journal records, a PostgreSQL store's lines), never from a cache."""
+    if isinstance(store, DirectoryStore):
+        for record in store.iter_records(0):
+            if isinstance(record, Record) and record.kind == ENTRY:
+                yield leaf_hash(record.data)
+        return
+    for entry in store.iter_entries():
+        yield leaf_hash(entry.line)
+
+
+def judge_tree_mismatch(store: Store, number: int, size: int, root: bytes) -> tuple[str, str]:
     """The store's Merkle tree does not give checkpoint ``number``'s (``size``, ``root``):
     recompute the root of the journal's first ``size`` entries from the journal itself (one
     streamed pass, O(log n) memory) and say which side is wrong, as (side, message)."""
     stream = MerkleStream([size])
-    for record in store.iter_records():
+    for leaf in journal_leaf_hashes(store):
         if stream.size >= size:
             break
-        if isinstance(record, Record) and record.kind == ENTRY:
-            stream.add((leaf_hash(record.data),))
+        stream.add((leaf,))
     if size in stream.roots and stream.roots[size] == root:
         return CACHE_ALTERED, (
             f"the store's Merkle node files do not match checkpoint {number}, but its journal "
-            "does: the node files (a cache) were altered. Delete the store's merkle/ directory "
-            "to have them rebuilt from the journal"
+            f"does: the node files (a cache) were altered. {_sentence(rebuild_advice(store))}"
         )
     if size not in stream.roots:
         return JOURNAL_CHANGED, (
@@ -198,3 +217,7 @@ class InclusionVerifier:
     ) -> None:
         for position, node, offset in trail:
             self._known[position] = (node, nodes, offset)
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."

@@ -31,7 +31,7 @@ from tracelock.core.canonical import dumps
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.core.hashing import is_hex_digest
 from tracelock.errors import EvidenceError
-from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.backend import Store
 from tracelock.storage.errors import RunNotFoundError
 
 __all__ = [
@@ -214,7 +214,7 @@ def parse_step(text: str) -> int | str:
     )
 
 
-def _targets(store: DirectoryStore, run: str, step: int | str) -> list[tuple[Entry, Any]]:
+def _targets(store: Store, run: str, step: int | str) -> list[tuple[Entry, Any]]:
     """The run's entries that hold ``step``'s payloads, with their documents (None when
     already redacted)."""
     found: list[tuple[Entry, Any]] = []
@@ -237,7 +237,7 @@ def _targets(store: DirectoryStore, run: str, step: int | str) -> list[tuple[Ent
     return found
 
 
-def _recorded_redactions(store: DirectoryStore) -> dict[str, tuple[int, Any]]:
+def _recorded_redactions(store: Store) -> dict[str, tuple[int, Any]]:
     """Payload hash -> (seq, fields) of the redaction entries already in the admin chain."""
     try:
         admin = store.entries(ADMIN_RUN)
@@ -257,7 +257,7 @@ def _recorded_redactions(store: DirectoryStore) -> dict[str, tuple[int, Any]]:
 
 
 def redact(
-    store: DirectoryStore,
+    store: Store,
     run: str,
     step: int | str,
     *,

@@ -26,7 +26,12 @@ from typing import Any
 from tracelock.core.entry import ChainIssue
 from tracelock.errors import EvidenceError
 from tracelock.evidence.checkpoint import Checkpoint
-from tracelock.evidence.history import CheckpointHistory, StoredCheckpoint
+from tracelock.evidence.history import (
+    CheckpointHistory,
+    StoredCheckpoint,
+    open_merkle_cache,
+    rebuild_advice,
+)
 from tracelock.evidence.note import (
     NoteSignatureInvalidError,
     NoteUntrustedError,
@@ -34,9 +39,8 @@ from tracelock.evidence.note import (
     open_note,
 )
 from tracelock.evidence.verify import PinnedKey
-from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.merkle_stream import MerkleStream, open_node_files
-from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.backend import Store
+from tracelock.storage.merkle_stream import MerkleStream, StoredNodes
 from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport, verify_store
 
 __all__ = [
@@ -104,8 +108,8 @@ def _fail(report: VerifyReport, code: str, seq: int, message: str) -> None:
     report.issue = ChainIssue(code, seq, None, message)
 
 
-def _open_cache(store: DirectoryStore, verdict: CheckpointVerdict) -> MerkleTreeFile | None:
-    tree, problem = open_node_files(store.path / "merkle")
+def _open_cache(store: Store, verdict: CheckpointVerdict) -> StoredNodes | None:
+    tree, problem = open_merkle_cache(store)
     if problem is not None:
         verdict.merkle_cache = "unusable"
         verdict.notes.append(f"Merkle node files unusable, to be rebuilt: {problem}")
@@ -115,7 +119,7 @@ def _open_cache(store: DirectoryStore, verdict: CheckpointVerdict) -> MerkleTree
 
 
 def verify_store_checkpoints(
-    store: DirectoryStore,
+    store: Store,
     pins: Sequence[PinnedKey] = (),
     *,
     origin: str | None = None,
@@ -125,7 +129,7 @@ def verify_store_checkpoints(
     it. The report's ``issue`` is the first failure: the journal's own, else a checkpoint's
     (integrity, then trust), else the node files'."""
     verdict = CheckpointVerdict()
-    history = CheckpointHistory(store.path)
+    history = CheckpointHistory.of(store)
     checkpoints: list[StoredCheckpoint] = []
     history_problem: EvidenceError | None = None
     try:
@@ -173,10 +177,10 @@ def verify_store_checkpoints(
             report,
             MERKLE_TAMPERED,
             bad.first_leaf,
-            f"the Merkle node files (a cache) disagree with the journal: stored node "
+            f"the Merkle nodes (a cache) disagree with the journal: stored node "
             f"{bad.index} of level {bad.level} (entries {bad.first_leaf}-{bad.last_leaf}) is "
-            f"not the one the journal gives; {why}. They are not rebuilt silently: delete the "
-            "store's merkle/ directory to have them rebuilt from the journal",
+            f"not the one the journal gives; {why}. They are not rebuilt silently: "
+            f"{rebuild_advice(store)}",
         )
     if report.ok and index_issue is not None:
         report.issue = index_issue

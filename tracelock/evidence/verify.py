@@ -20,6 +20,8 @@ import orjson
 from tracelock.core.canonical import CanonicalError, dumps
 from tracelock.core.entry import (
     ADMIN_RUN,
+    POLICY_KIND,
+    PROVENANCE_KIND,
     REDACTION_KIND,
     TERMINAL_KINDS,
     Entry,
@@ -37,7 +39,6 @@ from tracelock.evidence.bundle import (
     ENTRIES,
     MANIFEST,
     PAYLOAD_DIR,
-    POLICY_KIND,
     PROOFS,
     BundleFiles,
     read_bundle_files,
@@ -475,6 +476,9 @@ class _Verifier:
         self.entries: list[_Line] = []
         self.redactions: dict[str, list[tuple[Entry, Redaction]]] = {}
         self.docs: dict[str, Any] = {}
+        #: Payloads whose file exists under its name and hashes to it (check 8): a file
+        #: that fails its hash counts as absent everywhere (docs/spec.md 8.3).
+        self.present: set[str] = set()
 
     def fail(self, check: str, message: str, **where: Any) -> None:
         self.report.fail(Failure(check, message, **where))
@@ -783,13 +787,13 @@ class _Verifier:
             entry = item.entry
             if entry.run != ADMIN_RUN:
                 continue
-            if entry.kind == POLICY_KIND:
+            if entry.kind in (POLICY_KIND, PROVENANCE_KIND):
                 continue
             if entry.kind != REDACTION_KIND:
                 self.fail(
                     "admin.kind",
                     f"admin entry of kind {entry.kind!r} (a bundle carries only "
-                    f"{POLICY_KIND} and {REDACTION_KIND})",
+                    f"{POLICY_KIND}, {PROVENANCE_KIND} and {REDACTION_KIND})",
                     file=ENTRIES,
                     run=entry.run,
                     i=entry.i,
@@ -849,6 +853,7 @@ class _Verifier:
             present.add(digest)
             if digest not in referenced:
                 self.fail("payload.unreferenced", "no entry of the bundle refers to this payload", file=name)
+        self.present = present
         self.report.payloads = len(present & set(referenced))
         redacted = 0
         for digest, entry in referenced.items():
@@ -877,8 +882,8 @@ class _Verifier:
         doc = self._payload_doc(digest)
         if digest in self.docs:
             return "present", doc, None
-        if f"{PAYLOAD_DIR}/{digest}.json" in self.files:
-            return "missing", None, None
+        if digest in self.present:
+            return "missing", None, None  # its bytes hash right but are not a JSON document
         records = [r for _, r in self.redactions.get(digest, [])]
         if not records:
             return "missing", None, None
@@ -898,9 +903,9 @@ class _Verifier:
             if item.entry.run != ADMIN_RUN:
                 by_run.setdefault(item.entry.run, []).append(item.entry)
         registered = {
-            item.entry.payload
+            (item.entry.kind, item.entry.payload)
             for item in self.entries
-            if item.entry.run == ADMIN_RUN and item.entry.kind == POLICY_KIND
+            if item.entry.run == ADMIN_RUN and item.entry.kind in (POLICY_KIND, PROVENANCE_KIND)
         }
         if not by_run and ENTRIES in self.files:
             self.fail("run.missing", "the bundle holds no run", file=ENTRIES)
@@ -914,16 +919,17 @@ class _Verifier:
             start = entries[0]
             if start.kind == "run.start":
                 _, doc, _ = self._doc_for(start)
-                policy = doc.get("policy") if isinstance(doc, dict) else None
-                if isinstance(policy, str) and policy not in registered:
-                    self.fail(
-                        "policy.missing",
-                        f"the run was recorded under policy {policy}, whose policy.register "
-                        "entry is not in the bundle",
-                        run=run,
-                        i=0,
-                        seq=start.seq,
-                    )
+                for member, kind in (("policy", POLICY_KIND), ("provenance", PROVENANCE_KIND)):
+                    named = doc.get(member) if isinstance(doc, dict) else None
+                    if isinstance(named, str) and (kind, named) not in registered:
+                        self.fail(
+                            f"{member}.missing",
+                            f"the run's start names {member} {named}, whose {kind} entry is not "
+                            "in the bundle",
+                            run=run,
+                            i=0,
+                            seq=start.seq,
+                        )
 
     def _check_run(self, run: str, entries: list[Entry]) -> RunReport:
         ended_at = next((k for k, e in enumerate(entries) if e.kind in TERMINAL_KINDS), None)
@@ -1086,8 +1092,7 @@ class _Verifier:
                 for digest in {
                     item.entry.payload for item in self.entries if item.entry.payload
                 }
-                if digest in self.redactions
-                and f"{PAYLOAD_DIR}/{digest}.json" not in self.files
+                if digest in self.redactions and digest not in self.present
             ),
             key=lambda item: str(item["payload"]),
         )

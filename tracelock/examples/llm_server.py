@@ -20,7 +20,9 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-from typing import Any, Self
+from typing import Any
+
+from tracelock.examples.loopback import LoopbackServer, OwnedHTTPServer
 
 __all__ = ["LLMServer"]
 
@@ -121,7 +123,7 @@ def _messages(model: str, text: str, usage: dict[str, int], stream: bool) -> tup
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
+    server: OwnedHTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -129,7 +131,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
-        owner = self.server.owner
+        owner: LLMServer = self.server.owner
         with owner.lock:
             owner.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": raw})
             status = owner.failures.pop(0) if owner.failures else 200
@@ -192,17 +194,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     owner.held.append(released)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    owner: LLMServer
-    daemon_threads = True
-
-
-class LLMServer:
+class LLMServer(LoopbackServer):
     """The server, listening on ``127.0.0.1`` (port ``port``, or a free one) in a thread
     while entered (or between :meth:`start` and :meth:`stop`)."""
 
+    handler = _Handler
+    thread_name = "llm-server"
+
     def __init__(self, port: int = 0) -> None:
-        self._port = port
+        super().__init__(port)
         self.lock = threading.Lock()
         #: Every request received: path, headers, raw body.
         self.requests: list[dict[str, Any]] = []
@@ -211,14 +211,6 @@ class LLMServer:
         self.hold_timeout = 0.0
         #: Per held stream: whether it was released before the bounded wait ended.
         self.held: list[bool] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "the server is not started"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     def fail_next(self, *statuses: int) -> None:
         """Answer the next ``len(statuses)`` requests with these statuses."""
@@ -232,27 +224,3 @@ class LLMServer:
         self.hold_timeout = timeout
         self.hold = threading.Event()
         return self.hold
-
-    def start(self) -> Self:
-        server = _Server(("127.0.0.1", self._port), _Handler)
-        server.owner = self
-        self._server = server
-        self._port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever, name="llm-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

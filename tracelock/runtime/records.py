@@ -26,6 +26,7 @@ Entry kinds of a run (payloads are JSON documents, stored content-addressed):
 
 from __future__ import annotations
 
+import threading
 import traceback as traceback_module
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from tracelock.errors import StoreError
 from tracelock.storage.backend import NO_PAYLOAD, Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
-__all__ = ["RunRecord", "load_run", "RunJournal", "merge_effect", "audit_traceback"]
+__all__ = ["RunRecord", "load_run", "readable_payload", "RunJournal", "merge_effect", "audit_traceback"]
 
 START = "run.start"
 EFFECT = "effect"
@@ -144,16 +145,28 @@ class RunRecord:
         return None
 
 
+def readable_payload(store: Store, digest: str) -> tuple[str, Any]:
+    """``(state, document)`` of a payload as a reader may show it: ``present`` and the
+    document; ``copy`` and the readable copy a field redaction kept (its redacted members
+    replaced by markers); or ``redacted``/``missing`` and a marker
+    ``{"__tracelock__": state, "hash": digest}`` standing for the whole document."""
+    try:
+        return "present", store.get_payload(digest)
+    except (PayloadRedactedError, PayloadMissingError) as exc:
+        state = "redacted" if isinstance(exc, PayloadRedactedError) else "missing"
+        copy = _redaction_copy(store, digest) if state == "redacted" else None
+        if copy is not None:
+            return "copy", copy
+        return state, {"__tracelock__": state, "hash": digest}
+
+
 def _payload(store: Store, entry: Entry, record: RunRecord) -> Any:
     if entry.payload is None:
         return None
-    try:
-        return store.get_payload(entry.payload)
-    except (PayloadRedactedError, PayloadMissingError) as exc:
-        state = "redacted" if isinstance(exc, PayloadRedactedError) else "missing"
+    state, doc = readable_payload(store, entry.payload)
+    if state != "present":
         record.redacted.append(entry.payload)
-        copy = _redaction_copy(store, entry.payload) if state == "redacted" else None
-        return copy if copy is not None else {"__tracelock__": state, "hash": entry.payload}
+    return doc
 
 
 def _redaction_copy(store: Store, digest: str) -> dict[str, Any] | None:
@@ -174,6 +187,16 @@ def _redaction_copy(store: Store, digest: str) -> dict[str, Any] | None:
     return None
 
 
+def _with_provenance(store: Store, start: dict[str, Any]) -> dict[str, Any]:
+    """A start document whose ``provenance`` names a ``provenance.register`` document by
+    hash, with the document in its place (None when the store no longer has it)."""
+    digest = start.get("provenance")
+    if not isinstance(digest, str):
+        return start
+    document = store.get_payload(digest) if store.payload_state(digest) == "present" else None
+    return {**start, "provenance": document}
+
+
 def load_run(store: Store, run_id: str) -> RunRecord:
     """Read a run's entries and payloads into a :class:`RunRecord`."""
     entries = store.entries(run_id)
@@ -184,7 +207,7 @@ def load_run(store: Store, run_id: str) -> RunRecord:
         if entry.kind not in (START, STATE, END) and isinstance(doc, dict) and "__tracelock__" in doc:
             pass  # a wholly redacted (or missing) payload: nothing to index it by
         elif entry.kind == START:
-            record.start = doc if isinstance(doc, dict) else {}
+            record.start = _with_provenance(store, doc) if isinstance(doc, dict) else {}
         elif entry.kind == EFFECT:
             record.effects[doc["step"]] = _expand(doc)
         elif entry.kind == INTENT:
@@ -217,13 +240,16 @@ class RunJournal:
     """Writes one run's entries with the durability the effect's class needs.
 
     ``strict`` makes every entry durable before the call returns. Otherwise durability is
-    enforced exactly where a crash could do harm: an idempotent or irreversible effect's
-    intent is durable before it executes (and with it everything the run recorded before);
-    an irreversible effect's result is durable before the agent sees it; every lifecycle
-    state and the run's end are durable before they are reported. Entries of effects that
-    cannot change the world (read-only tools, LLM calls, the clock, randomness) are written
-    at once (a process crash loses none) and fsynced with the next of those points; a
-    machine crash before it only means recovery re-runs them, which their class allows.
+    enforced exactly where a crash could do harm (docs/spec.md 3.4, which argues why these
+    points are enough): an idempotent or irreversible effect's intent is durable before it
+    executes (and with it everything the run recorded before); an irreversible effect's
+    result is durable before anything outside the journal can see it: before the next
+    effect that leaves the process (:meth:`settle`), a lifecycle state, or the run's end;
+    every lifecycle state and the run's end are durable before they are reported. Entries of
+    effects that cannot change the world (read-only tools, LLM calls, the clock, randomness)
+    are written at once (a process crash loses none) and fsynced with the next of those
+    points; a machine crash before it only means recovery re-runs them, which their class
+    allows.
     """
 
     def __init__(self, store: Store, run_id: str, *, strict: bool = False, batch: bool = False) -> None:
@@ -233,6 +259,10 @@ class RunJournal:
         # In a batch (recovery), state changes and ends are made durable together by the
         # caller's final sync, before anything is reported; effects keep their own rules.
         self.batch = batch
+        # The seq of the newest irreversible result not yet known durable (None: none). A
+        # durable append covers every entry written before it (the store syncs a prefix).
+        self._owed: int | None = None
+        self._owed_lock = threading.Lock()
 
     def _append(
         self,
@@ -243,9 +273,28 @@ class RunJournal:
         durable: bool,
         new_run: bool = False,
     ) -> Entry:
-        return self.store.append(
+        entry = self.store.append(
             self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict, new_run=new_run
         )
+        if durable and self._owed is not None:
+            self._covered(entry.seq)
+        return entry
+
+    def _covered(self, seq: int) -> None:
+        with self._owed_lock:
+            if self._owed is not None and self._owed <= seq:
+                self._owed = None
+
+    def settle(self) -> None:
+        """Make an irreversible result durable before an effect that leaves the process runs
+        (it could carry what the result told the agent to the world)."""
+        if self._owed is None:
+            return
+        with self._owed_lock:
+            owed = self._owed
+        if owed is not None:
+            self.store.sync()  # syncs everything written so far, the owed result included
+            self._covered(owed)
 
     def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> Entry:
         meta: dict[str, Any] = {"agent": agent, "status": "running"}
@@ -260,8 +309,16 @@ class RunJournal:
     def intent(self, doc: dict[str, Any]) -> Entry:
         return self._append(INTENT, _compact(doc), durable=True)
 
-    def result(self, doc: dict[str, Any], *, durable: bool) -> Entry:
-        return self._append(RESULT, _compact(doc), durable=durable)
+    def result(self, doc: dict[str, Any], *, irreversible: bool) -> Entry:
+        """An effect's result. An irreversible one is written at once and becomes durable at
+        the next sync point (:meth:`settle`, a state, the end), not here: until then only
+        this process has seen it, and a crash before it leaves the intent without a result,
+        which recovery never executes again."""
+        entry = self._append(RESULT, _compact(doc), durable=False)
+        if irreversible and not self.strict:
+            with self._owed_lock:
+                self._owed = entry.seq if self._owed is None else max(self._owed, entry.seq)
+        return entry
 
     def gather_order(self, first: int, steps: list[int]) -> Entry:
         return self._append(GATHER, {"first": first, "steps": steps}, durable=False)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
+from tracelock.runtime.queue.submit import RunHandle, submit
+from tracelock.runtime.queue.worker import requeue_if_resumable
 from tracelock.runtime.replay.replay import ReplayReport, replay_run
 from tracelock.runtime.runs.engine import (
     AsyncRunContext,
@@ -28,13 +31,65 @@ class Runtime(Engine):
     read the real world.
     """
 
+    def submit(
+        self,
+        agent: Callable[..., Any] | str,
+        input: Any = None,
+        *,
+        queue: str = "default",
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Queue a run for the workers of this store (``tracelock worker``) and return its
+        handle: ``result(timeout)``, ``await handle``, ``status()``. Durable when it returns;
+        the same ``idempotency_key`` from any process names one run (docs/queue.md)."""
+        return submit(self, agent, input, queue=queue, idempotency_key=idempotency_key, run_id=run_id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """The handle of a run queued earlier (by any process), to wait on or poll."""
+        return RunHandle(self, queue_for(self.store), run_id)
+
+    def approve(self, run_id: str, step: int, *, by: str, reason: str = "") -> None:
+        """Record a human's approval of the step a run waits on; a queued run goes back to
+        the queue, for whichever worker is free."""
+        super().approve(run_id, step, by=by, reason=reason)
+        self._requeue(run_id)
+
+    def reject(self, run_id: str, step: int, *, by: str, reason: str = "") -> None:
+        """Record a human's rejection of the step a run waits on (a queued run goes back to
+        the queue, whose worker ends it)."""
+        super().reject(run_id, step, by=by, reason=reason)
+        self._requeue(run_id)
+
+    def _requeue(self, run_id: str) -> None:
+        """A parked queued run that can go on now goes back to the queue (stores without a
+        queue, and runs that were never queued, are left alone)."""
+        backend = existing_queue(self.store)
+        if backend is not None:
+            requeue_if_resumable(self, run_id, backend)
+
+    def close(self) -> None:
+        close_queue(self.store)
+        super().close()
+
     def replay(self, run_id: str, agent: Callable[..., Any] | str | None = None) -> ReplayReport:
         """Re-execute the agent's current code against the recorded run (writes nothing)."""
         return replay_run(self, run_id, agent)
 
     def recover(self, *, progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
-        """Continue every unfinished run that needs no human (see :mod:`recovery`)."""
-        return recover_runs(self, progress=progress)
+        """Continue every unfinished run that needs no human (see :mod:`recovery`); runs the
+        run queue holds are left to its workers."""
+        backend = existing_queue(self.store)
+        if backend is None:
+            return recover_runs(self, progress=progress)
+
+        def queued(run_id: str) -> str | None:
+            item = backend.item(run_id)
+            if item is None or item.state in ("done", "error"):
+                return None
+            return f"held by the run queue ({item.state}): its workers continue it"
+
+        return recover_runs(self, progress=progress, skip=queued)
 
     def resolve(
         self,
@@ -49,7 +104,9 @@ class Runtime(Engine):
     ) -> None:
         """Say what really happened at a blocked irreversible step, or allow one retry."""
         resolve_step(self, run_id, step, by=by, reason=reason, result=result, failed=failed, retry=retry)
+        self._requeue(run_id)
 
     def abort(self, run_id: str, *, by: str, reason: str) -> None:
         """End an unfinished run as ``aborted``."""
         abort_run(self, run_id, by=by, reason=reason)
+

@@ -5,7 +5,7 @@ Layout::
     <dir>/store.json     format marker and store id (written once, fsynced)
     <dir>/journal.log    entries and payload records (see ``journal_file``)
     <dir>/journal.synced how much of the journal is known durable (see ``synced_mark``)
-    <dir>/lock           advisory lock held by the one writer process
+    <dir>/lock           advisory lock held by a writer for one commit at a time
     <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale; one
                          that contradicts the journal is reported, never rebuilt silently)
     <dir>/quarantine/    bytes cut from an unfinished write, kept for inspection
@@ -13,7 +13,38 @@ Layout::
 The journal and the mark are read and written through a ``FileIO`` (``fileio``), so that
 tests can run the store on a simulated disk.
 
-One process writes at a time (``flock`` on ``lock``); any number may read.
+Several processes may write, one commit at a time; any number read, and readers never
+wait. The writer lock (``flock`` on ``lock``) is held per commit, as SQLite holds its lock
+per transaction, never across a run:
+
+* A handle takes it when the first entry of a commit is queued (entries queued meanwhile by
+  other threads or tasks of the process join that commit, as before) and lets go once
+  everything queued is written and, where asked, synced (``GroupCommitLog.idle``).
+* On taking it, the handle first catches up with what other processes appended since its
+  own last commit (:meth:`DirectoryStore._catch_up_others`): one byte read at its end of the
+  data tells whether anything was; if so the new records are read and chain-checked, and
+  its sequence number, run heads, payload look-ups and pending index rows follow them. Only
+  then are its entries built, so ``seq``, ``i`` and ``prev`` always come from the true tail.
+* Appends to the same run from two processes therefore serialize: each entry continues the
+  run's true head under the lock, the chain never forks. Which process drives a run is the
+  runtime's business (approvals, for instance, are appended by another process on purpose).
+* A process killed while holding the lock leaves at most an unfinished write at the end;
+  the next writer, whichever process, judges it by the repair rule (docs/spec.md 3.5) under
+  the lock, as at open. Each writer records in the synced mark only lengths it synced
+  itself, and reads the mark as the durable part of what others wrote: the mark may lag,
+  it never claims more. Free space past the data is cut at close only when no other
+  process wrote past this handle's end.
+* The index (SQLite, WAL) takes rows from whichever process writes or catches up; each
+  batch is fitted to what the index covers already (``Index.add``). A handle opening the
+  store catches the index up to the journal under the writer lock. A reader that finds the
+  lock taken does not wait: it builds a private index, as before.
+* Merkle queries take the lock to bring the shared tree files up to the index, then answer
+  from that state; ``verify --store`` holds it while it compares the index with the journal.
+
+Two handles of one store in one process are two writers: a handle never waits for its own
+process, but a coroutine must not append through a second handle while the first has a
+commit outstanding on the same event loop (the second would wait for the lock the first
+can only release on that loop).
 """
 
 from __future__ import annotations
@@ -78,6 +109,7 @@ from tracelock.storage.journal_file import (
     scan_records,
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.queue_backend import AppendGuard
 from tracelock.storage.seen import PayloadFilter
 from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
 
@@ -142,9 +174,22 @@ class DirectoryStore:
         clock: Callable[[], int] | None = None,
         store_id: Callable[[], str] | None = None,
         files: FileIO | None = None,
+        _hold_for_life: bool = False,
     ) -> None:
         self._path = Path(path)
         self._read_only = read_only
+        #: Keep the writer lock from open to close (the benchmark's comparison with the
+        #: lock-per-process rule that preceded the lock per commit; nothing else uses it).
+        self._hold_for_life = _hold_for_life
+        #: This handle holds the writer lock now (for a commit in progress); ``_pinned``:
+        #: keep it until close (an index comparison in progress).
+        self._held = False
+        self._pinned = False
+        #: Called under the writer lock for the runs this handle appends to under a queue
+        #: lease (tracelock.storage.queue_backend): refuses a lost lease's appends.
+        self.append_guard: AppendGuard | None = None
+        #: Where this handle's index rows not yet handed to SQLite begin in the journal.
+        self._indexed_end = 0
         self._clock = clock or wall_clock_ms
         self._repairs: list[Repair] = []
         self._closed = False
@@ -181,23 +226,29 @@ class DirectoryStore:
         self._check_format(meta_path)
         journal = self._path / "journal.log"
         try:
-            # A reader takes the writer lock too when it is free: it may then repair a torn
-            # tail and bring the on-disk index up to date. When a writer holds the lock, a
-            # reader builds a private in-memory index instead and repairs nothing.
+            # A writer waits for the lock (one commit of another process at most); a reader
+            # takes it too when it is free: it may then repair a torn tail and bring the
+            # on-disk index up to date. When a commit holds it, a reader builds a private
+            # in-memory index instead and repairs nothing. Either lets go once open.
             self._owns_lock = self._acquire_lock(wait_fail=not read_only)
             self._writable = self._owns_lock
             self._file = self._files.open(journal, write=self._writable)
             self._mark = SyncedMark.open(self._files, self._path, write=self._writable)
             self._index = self._open_index()
-            end = self._catch_up()
-            self._next_seq = self._index.entry_count
-            self._payloads_complete = not self._index.has_payloads()
+            with self._index.transaction():
+                end = self._catch_up()
+                self._next_seq = self._index.entry_count
+                self._payloads_complete = not self._index.has_payloads()
+            self._indexed_end = end
             self._tree: MerkleTreeFile | None = None
             if self._owns_lock:
                 self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
                 self._sync_tree()
             if self._writable and not read_only:
                 self._log = GroupCommitLog(self._file, end, mark=self._record_mark(end))
+                self._log.after_commit = self._release_if_idle
+            if self._held and not self._hold_for_life:
+                self._unlock()
         except BaseException:
             self._release()
             raise
@@ -236,7 +287,9 @@ class DirectoryStore:
             raise StoreFormatError(f"{self._path} has no journal.log")
 
     def _acquire_lock(self, *, wait_fail: bool) -> bool:
-        """Take the writer lock. Returns False (reader) or raises (writer) when it is held."""
+        """Open the lock file and take the writer lock for the open: a writer (``wait_fail``)
+        waits for it (another process holds it for one commit at most); a reader returns
+        False when it is taken (or the lock file cannot be opened: a read-only directory)."""
         try:
             fd = os.open(self._path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except PermissionError:
@@ -244,17 +297,154 @@ class DirectoryStore:
                 raise
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait_fail else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self._lock_fd = fd  # kept open: a Merkle query takes the lock later
+            return False
+        except OSError as exc:
             os.close(fd)
-            if not wait_fail:
-                return False
             raise StoreLockedError(
-                f"another process is writing to the store at {self._path}",
+                f"cannot take the writer lock of the store at {self._path}: {exc.strerror or exc}",
                 details={"store": str(self._path)},
             ) from None
         self._lock_fd = fd
+        self._held = True
         return True
+
+    def _unlock(self) -> None:
+        """Let go of the writer lock (the handle keeps the lock file open)."""
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        self._held = False
+
+    def _hold_locked(self) -> None:
+        """Take the writer lock for a commit, if this handle does not hold it, and catch up
+        with what other processes appended meanwhile. Holds ``_lock``."""
+        if self._held:
+            return
+        fd = self._lock_fd
+        assert fd is not None  # a writer has its lock file open
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._held = True
+        log = self._log
+        try:
+            # The usual answer, inlined: free space where this handle's data ends, nobody
+            # wrote since its last commit.
+            if log is None or self._file.pread(1, log.written_end) != _NUL:
+                self._catch_up_others()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _release_if_idle(self) -> None:
+        """Let go of the writer lock once the commit is over (nothing queued, written or
+        synced by any thread or task of this handle any more). On every append's path:
+        :meth:`_release_if_idle_locked`, inlined."""
+        if self._held and not self._hold_for_life:
+            with self._lock:
+                log = self._log
+                if self._held and not self._pinned and (log is None or log.idle()):
+                    self._unlock()
+
+    def _release_if_idle_locked(self) -> None:
+        log = self._log
+        if self._held and not self._pinned and not self._hold_for_life and (log is None or log.idle()):
+            self._unlock()
+
+    def _catch_up_others(self) -> None:
+        """Read what other processes appended since this handle's last commit, under the
+        writer lock, before this handle builds entries: check it as the open does (the
+        chain, every payload reference; a torn tail left by a killed writer is judged by the
+        repair rule), and follow it: sequence number, run heads, payload look-ups, and
+        index rows (queued with this handle's own, in journal order). Holds ``_lock``."""
+        log = self._log
+        assert log is not None
+        start = log.written_end
+        probe = self._file.pread(1, start)
+        if probe == _NUL:
+            return  # free space: nobody wrote since
+        if not probe:
+            log.reallocated()  # the file ends here: another handle cut the free space
+            return
+        synced = self._mark.read() if self._mark is not None else None
+        size = self._data_end_after(start)
+        start_seq = self._next_seq
+        checker = ChainChecker(start_seq, lookup=lambda run: self._known_head(run, start_seq, start))
+        known: set[bytes] = set()
+        rows: list[tuple[int, tuple[Entry, int]]] = []
+        payload_rows: list[tuple[int, IndexedPayload]] = []
+        end = start
+        records = scan_records(self._file, start, size)
+        repaired = len(self._repairs)
+        for item in records:
+            if isinstance(item, tuple):
+                self._judge_tail(item[0], "torn tail: last record has no newline", records, checker, known, synced, size)
+                break
+            if _NUL in item.data:
+                self._judge_tail(item.offset, "NUL bytes inside a record", records, checker, known, synced, size)
+                break
+            problem = self._check_record(item, checker, known)
+            if problem is not None:
+                self._corrupt(item.offset, f"{problem}, in a complete record without NUL bytes", synced)
+                break
+            end = item.end
+            if item.kind == ENTRY:
+                rows.append((end, (parse_entry(item.data), item.offset)))
+            else:
+                payload_rows.append((end, (bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data))))
+        heads = self._heads
+        for _, (entry, _) in rows:
+            if entry.kind in TERMINAL_KINDS:
+                heads.pop(entry.run, None)
+                self._closed_here.add(entry.run)
+            else:
+                heads[entry.run] = (entry.i, entry.hash)
+        for _, (digest, at, length) in payload_rows:
+            self._remember_payload(digest, at, length)
+        self._pending.entries += rows
+        self._pending.payloads += payload_rows
+        self._next_seq = checker.next_seq
+        # A repair synced the cut; otherwise the mark says what the others synced.
+        durable = end if len(self._repairs) > repaired else min(synced or 0, end)
+        log.rebase(end, durable)
+
+    def _data_end_after(self, start: int) -> int:
+        """Where the data other processes appended after ``start`` ends: the first NUL byte
+        (free space) or the end of the file, read forward. Between live processes the data
+        is contiguous (a killed writer's write is cut short, never holed: only a power cut
+        leaves NUL blocks inside data, and no process that opened the store before one is
+        still running), so this reads what was appended and one block more, where
+        :func:`data_end` would read the whole free space back from the end of the file."""
+        position = start
+        while True:
+            chunk = self._file.pread(1 << 16, position)
+            if not chunk:
+                return position
+            cut = chunk.find(_NUL)
+            if cut >= 0:
+                return position + cut
+            position += len(chunk)
+
+    def _known_head(self, run: str, before_seq: int, before: int) -> tuple[int, str] | None:
+        """A run's head as of entry ``before_seq`` at byte ``before`` (where a catch-up
+        starts): this handle's own knowledge first, else the index, whose row may already
+        count entries after that point (another process indexed them): the run's last entry
+        before it is read then."""
+        head = self._heads.get(run)
+        if head is not None or run in self._closed_here:
+            return head
+        with self._index_lock:
+            row = self._index.run_row(run)
+            if row is None:
+                return None
+            if row[7] < before_seq:
+                return None if row[10] else (row[8] - 1, row[9])
+            locations = self._index.entry_locations(run)
+        prior = [location for location in locations if location[0] < before]
+        if not prior:
+            return None
+        entry = self._read_entry(*prior[-1])
+        return None if entry.kind in TERMINAL_KINDS else (entry.i, entry.hash)
 
     def _open_index(self) -> Index:
         path = self._path / "index.sqlite"
@@ -549,7 +739,7 @@ class DirectoryStore:
                 return issue.message
             if entry.payload is not None:
                 digest = bytes.fromhex(entry.payload)
-                if digest not in known and self._index.payload_location(digest) is None:
+                if digest not in known and not self._payload_stored(digest):
                     return f"entry {entry.seq} references payload {entry.payload} that is not stored"
             return None
         if record.kind == PAYLOAD:
@@ -564,6 +754,16 @@ class DirectoryStore:
             known.add(bytes.fromhex(record.data[1:65].decode()))
             return None
         return "unrecognized record"
+
+    def _payload_stored(self, digest: bytes) -> bool:
+        """Whether a payload record precedes the records being checked: in the index, or
+        one this handle wrote or caught up on whose row is not in the index yet."""
+        if digest in self._payloads:
+            return True
+        with self._index_lock:
+            if self._index.payload_location(digest) is not None:
+                return True
+        return any(row[0] == digest for _, row in self._pending.payloads)
 
     def _handle_bad_tail(self, offset: int, data: bytes, reason: str, synced: int | None) -> None:
         if self._read_only or not self._writable:
@@ -639,31 +839,84 @@ class DirectoryStore:
             tree.append(self._iter_leaf_hashes(tree.size))
 
     def _merkle(self) -> MerkleTreeFile:
+        """The Merkle tree, brought up to the index under the writer lock: the tree files
+        are shared by every process of the store, so they are re-read (another process may
+        have grown them), grown and written while no one else can; the state read then is
+        answered from afterwards (the files only grow past it)."""
         self._prepare_read()
-        if self._tree is None:
-            raise StoreError(
-                f"Merkle proofs need the store's lock, and another process is writing to "
-                f"{self._path}; try again when it is done"
-            )
-        self._catch_up_tree()
-        return self._tree
+        with self._index_lock:
+            tree = self._tree
+            if tree is not None and tree.problem is None and tree.size == self._index.entry_count:
+                return tree  # it covers the index already (a proof per entry of an export)
+        with self._lock:
+            held = self._held
+            if not held and not self._lock_merkle():
+                raise StoreError(
+                    f"Merkle proofs need the store's writer lock, and the lock file of "
+                    f"{self._path} cannot be opened (a read-only directory?)"
+                )
+            try:
+                with self._index_lock:
+                    if self._log is not None:
+                        self._log.flush()
+                        self._flush_pending_locked()
+                    if self._tree is not None:
+                        self._tree.close()
+                    self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
+                    self._catch_up_tree()
+                    if self._tree.problem is None:
+                        self._tree.flush()
+                    return self._tree
+            finally:
+                if not held:
+                    self._release_if_idle_locked()
+
+    def _lock_merkle(self) -> bool:
+        """Take the writer lock for a Merkle query, which maintains files every process
+        shares: it waits for one commit at most. A writer catches up with other processes'
+        entries first; a reader brings the on-disk index up to the journal (switching to it
+        if it opened with a private one). False when the lock file cannot be opened (a
+        read-only directory). Holds ``_lock``."""
+        if self._lock_fd is None:
+            return False
+        if self._log is not None:
+            self._hold_locked()
+            return True
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._held = True
+        try:
+            with self._index_lock:
+                if not self._owns_lock:
+                    self._index.close()
+                    self._owns_lock = True
+                    self._index = self._open_index()
+                with self._index.transaction():
+                    self._catch_up()
+        except BaseException:
+            self._unlock()
+            raise
+        return True
 
     def tree_size(self) -> int:
         """Number of leaves (= entries) covered by the store's Merkle tree."""
+        tree = self._merkle()
         with self._index_lock:
-            return self._merkle().size
+            return tree.size
 
     def tree_root(self, size: int | None = None) -> bytes:
+        tree = self._merkle()
         with self._index_lock:
-            return self._merkle().root(size)
+            return tree.root(size)
 
     def inclusion_proof(self, seq: int, size: int | None = None) -> list[bytes]:
+        tree = self._merkle()
         with self._index_lock:
-            return self._merkle().inclusion_proof(seq, size)
+            return tree.inclusion_proof(seq, size)
 
     def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        tree = self._merkle()
         with self._index_lock:
-            return self._merkle().consistency_proof(size1, size2)
+            return tree.consistency_proof(size1, size2)
 
     # -- properties --------------------------------------------------------------------
     @property
@@ -688,11 +941,33 @@ class DirectoryStore:
 
     def index_to_compare(self) -> Index | None:
         """The on-disk index, for verification to compare with the journal; None when this
-        handle answers from a private one (another process writes, or the file was found
-        altered at open: see ``index_problem``)."""
-        if not self._owns_lock or self.index_problem is not None:
+        handle answers from a private one (another process was writing when it opened, or
+        the file was found altered at open: see ``index_problem``) or, for a reader, when
+        another process is committing now.
+
+        The comparison needs the index and the journal to end at the same record, so the
+        handle takes the writer lock, brings the index up to the journal's end, and keeps
+        the lock until it is closed: other processes' commits wait for the verification."""
+        if not self._owns_lock or self.index_problem is not None or self._lock_fd is None:
             return None
-        return self._index
+        with self._lock:
+            if self._log is not None:
+                self._hold_locked()
+                self._pinned = True
+                self._log.flush()
+                with self._index_lock:
+                    self._flush_pending_locked()
+                return self._index
+            if not self._held:
+                try:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return None
+                self._held = True
+            self._pinned = True
+            with self._index_lock, self._index.transaction():
+                self._catch_up()
+            return self._index
 
     @property
     def tail_fragment(self) -> tuple[int, int] | None:
@@ -730,6 +1005,7 @@ class DirectoryStore:
             log.flush()
         if backlog:
             self._flush_index()
+        self._release_if_idle()
         return out
 
     def append_async(
@@ -784,73 +1060,92 @@ class DirectoryStore:
         with self._lock:
             if self._closed:
                 self._check_open()  # raises
-            ts = self._clock()
-            seq = self._next_seq
-            offset = base = log.queued_end
-            heads = self._heads
-            cache, complete = self._payloads, self._payloads_complete
-            # This batch's effects, applied at the end. A run's head is None once closed.
-            touched: dict[str, tuple[int, str] | None] = {}
-            fresh: set[bytes] = set()  # payloads this batch stores
-            payload_rows: list[tuple[int, IndexedPayload]] = []
-            entry_rows: list[tuple[int, tuple[Entry, int]]] = []
-            chunks: list[bytes] = []
-            out: list[Entry] = []
-            for (run, kind, _, meta, new_run), stored in zip(items, prepared, strict=True):
-                payload_hex = None
-                if stored is not None:
-                    data, digest = stored
-                    payload_hex = digest.hex()
-                    if digest not in fresh and (
-                        # A new payload while every payload is cached: the usual miss,
-                        # answered inline; anything else takes the full look-up.
-                        (complete and digest not in cache) or self._payload_location(digest) is None
-                    ):
-                        # Empty data (never canonical JSON) is a redacted payload: an
-                        # erased record of one blank byte.
-                        mark, body = (b"=", data) if data else (b"-", b" ")
-                        length = len(body) + 66
-                        fresh.add(digest)
-                        payload_rows.append((offset + length + 1, (digest, offset, length)))
-                        chunks += (mark, payload_hex.encode(), b" ", body, b"\n")
-                        offset += length + 1
-                if new_run:
-                    if run in touched or run in heads or run in self._closed_here:
-                        raise StoreError(f"run {run!r} already exists", details={"run": run})
-                    head = None
-                elif run in touched:
-                    head = touched[run]
-                    if head is None:
-                        raise _ended(run)
-                else:
-                    head = heads.get(run) or self._head(run)
+            if not self._held:
+                self._hold_locked()
+            try:
+                guard = self.append_guard
+                if guard is not None:
+                    runs = [item[0] for item in items]
+                    if guard.guards(runs):
+                        refused = guard.refused(None, runs)  # under the writer lock
+                        if refused:
+                            raise next(iter(refused.values()))
+                return self._build_locked(items, prepared, log)
+            except BaseException:
+                self._release_if_idle_locked()  # nothing of this call was queued
+                raise
+
+    def _build_locked(
+        self, items: Sequence[_Item], prepared: list[tuple[bytes, bytes] | None], log: GroupCommitLog
+    ) -> tuple[list[Entry], int, bool]:
+        """The body of :meth:`_enqueue`, under ``_lock`` and the writer lock."""
+        ts = self._clock()
+        seq = self._next_seq
+        offset = base = log.queued_end
+        heads = self._heads
+        cache, complete = self._payloads, self._payloads_complete
+        # This batch's effects, applied at the end. A run's head is None once closed.
+        touched: dict[str, tuple[int, str] | None] = {}
+        fresh: set[bytes] = set()  # payloads this batch stores
+        payload_rows: list[tuple[int, IndexedPayload]] = []
+        entry_rows: list[tuple[int, tuple[Entry, int]]] = []
+        chunks: list[bytes] = []
+        out: list[Entry] = []
+        for (run, kind, _, meta, new_run), stored in zip(items, prepared, strict=True):
+            payload_hex = None
+            if stored is not None:
+                data, digest = stored
+                payload_hex = digest.hex()
+                if digest not in fresh and (
+                    # A new payload while every payload is cached: the usual miss,
+                    # answered inline; anything else takes the full look-up.
+                    (complete and digest not in cache) or self._payload_location(digest) is None
+                ):
+                    # Empty data (never canonical JSON) is a redacted payload: an
+                    # erased record of one blank byte.
+                    mark, body = (b"=", data) if data else (b"-", b" ")
+                    length = len(body) + 66
+                    fresh.add(digest)
+                    payload_rows.append((offset + length + 1, (digest, offset, length)))
+                    chunks += (mark, payload_hex.encode(), b" ", body, b"\n")
+                    offset += length + 1
+            if new_run:
+                if run in touched or run in heads or run in self._closed_here:
+                    raise StoreError(f"run {run!r} already exists", details={"run": run})
+                head = None
+            elif run in touched:
+                head = touched[run]
                 if head is None:
-                    entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
-                else:
-                    entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
-                line = entry.line
-                chunks += (line, b"\n")
-                end = offset + len(line) + 1
-                entry_rows.append((end, (entry, offset)))
-                offset = end
-                seq += 1
-                touched[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
-                out.append(entry)
-            start = log.enqueue(b"".join(chunks))
-            assert start == base, "journal offsets diverged from the queue"
-            self._next_seq = seq
-            for _, (digest, at, length) in payload_rows:
-                self._remember_payload(digest, at, length)
-            pending = self._pending
-            pending.payloads += payload_rows
-            pending.entries += entry_rows
-            for run, head in touched.items():
-                if head is None:
-                    heads.pop(run, None)
-                    self._closed_here.add(run)
-                else:
-                    heads[run] = head
-            return out, log.queued_end, len(pending.entries) >= _INDEX_BATCH
+                    raise _ended(run)
+            else:
+                head = heads.get(run) or self._head(run)
+            if head is None:
+                entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
+            else:
+                entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
+            line = entry.line
+            chunks += (line, b"\n")
+            end = offset + len(line) + 1
+            entry_rows.append((end, (entry, offset)))
+            offset = end
+            seq += 1
+            touched[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
+            out.append(entry)
+        start = log.enqueue(b"".join(chunks))
+        assert start == base, "journal offsets diverged from the queue"
+        self._next_seq = seq
+        for _, (digest, at, length) in payload_rows:
+            self._remember_payload(digest, at, length)
+        pending = self._pending
+        pending.payloads += payload_rows
+        pending.entries += entry_rows
+        for run, head in touched.items():
+            if head is None:
+                heads.pop(run, None)
+                self._closed_here.add(run)
+            else:
+                heads[run] = head
+        return out, log.queued_end, len(pending.entries) >= _INDEX_BATCH
 
     def _writer(self) -> GroupCommitLog:
         if self._read_only or self._log is None:
@@ -864,9 +1159,10 @@ class DirectoryStore:
     def _head(self, run: str) -> tuple[int, str] | None:
         """The run's last (index, hash), or None for a new run. Holds ``_lock``.
 
-        Every run this handle appended to is in ``_heads`` (open) or ``_closed_here``
-        (closed, index rows maybe pending), so the index is only asked about runs this
-        handle has not touched, whose rows are all in SQLite already.
+        Every run this handle appended to or caught up on (another process's entries,
+        read under the writer lock before building) is in ``_heads`` (open) or
+        ``_closed_here`` (closed, index rows maybe pending), so the index is only asked
+        about runs with no entry since this handle opened, whose rows are all in SQLite.
         """
         head = self._heads.get(run)
         if head is not None:
@@ -909,6 +1205,7 @@ class DirectoryStore:
         """Make everything appended so far durable."""
         self._writer().wait_durable()
         self._flush_index()
+        self._release_if_idle()
 
     def erase_payload(self, digest: str) -> bool:
         """Overwrite a payload's bytes in place (same length; ``=`` becomes ``-``, data
@@ -919,20 +1216,26 @@ class DirectoryStore:
         raw = bytes.fromhex(digest)
         log.wait_durable()
         self._flush_index()
+        # Under the writer lock: another process catching up must never read the record
+        # half erased.
         with self._lock:
-            location = self._payload_location(raw)
-            if location is None:
-                raise PayloadMissingError(f"payload {digest} is not stored")
-            offset, length = location
-            current = self._file.pread(length, offset)
-            if current[:1] == b"-":
-                return False
-            blank = b"-" + current[1:66] + b" " * (length - 66)
-            written = 0
-            while written < len(blank):
-                written += self._file.pwrite(blank[written:], offset + written)
-            self._file.fdatasync()
-            return True
+            self._hold_locked()
+            try:
+                location = self._payload_location(raw)
+                if location is None:
+                    raise PayloadMissingError(f"payload {digest} is not stored")
+                offset, length = location
+                current = self._file.pread(length, offset)
+                if current[:1] == b"-":
+                    return False
+                blank = b"-" + current[1:66] + b" " * (length - 66)
+                written = 0
+                while written < len(blank):
+                    written += self._file.pwrite(blank[written:], offset + written)
+                self._file.fdatasync()
+                return True
+            finally:
+                self._release_if_idle_locked()
 
     # -- index maintenance ---------------------------------------------------------------
     def _flush_pending_locked(self) -> None:
@@ -953,10 +1256,34 @@ class DirectoryStore:
         )
         del pending.entries[:cut_entries], pending.payloads[:cut_payloads]
         with self._index_lock:
-            self._index.add(entries, payloads, journal_end=journal_end)
+            self._add_rows(entries, payloads, journal_end)
+        self._indexed_end = journal_end
         for entry, _ in entries:
             if entry.kind in TERMINAL_KINDS:
                 self._closed_here.discard(entry.run)
+
+    def _add_rows(self, entries: list[tuple[Entry, int]], payloads: list[IndexedPayload], journal_end: int) -> None:
+        """Hand rows covering the journal from ``_indexed_end`` to ``journal_end`` to the
+        index. Another process may have indexed some of these records already (they are
+        skipped); if the index ends before them (rebuilt meanwhile by a process opening the
+        store), the records in between are read from the journal and added first. Holds
+        ``_index_lock``."""
+        index = self._index
+        while not index.add(entries, payloads, journal_end=journal_end, start=self._indexed_end):
+            with index.transaction():
+                covered = index.journal_end
+                if covered >= self._indexed_end:
+                    continue  # it moved on meanwhile: try the batch again
+                gap_entries: list[tuple[Entry, int]] = []
+                gap_payloads: list[IndexedPayload] = []
+                for record in scan_records(self._file, covered, self._indexed_end):
+                    if not isinstance(record, Record):
+                        break
+                    if record.kind == ENTRY:
+                        gap_entries.append((self._read_line(record), record.offset))
+                    elif record.kind == PAYLOAD:
+                        gap_payloads.append((bytes.fromhex(record.data[1:65].decode()), record.offset, len(record.data)))
+                index.add(gap_entries, gap_payloads, journal_end=self._indexed_end, start=covered)
 
     def _flush_index(self) -> None:
         if self._log is None:
@@ -1042,9 +1369,23 @@ class DirectoryStore:
             return  # nothing appended since the last read: the index is current
         self._flush_index()
 
+    def catch_up(self) -> None:
+        """Read what other processes appended, under the writer lock as an append does, and
+        index it, so that this handle's next reads see it (a queue worker taking a run over
+        calls it before reading the run's journal)."""
+        if self._log is None:
+            return
+        with self._lock:
+            self._check_open()
+            if not self._held:
+                self._hold_locked()
+            self._release_if_idle_locked()
+        self._flush_index()
+
     def flush(self) -> None:
         """Hand everything appended so far to the file and the index (no fsync)."""
         self._prepare_read()
+        self._release_if_idle()
 
     def size(self) -> int:
         self._prepare_read()
@@ -1263,15 +1604,33 @@ class DirectoryStore:
         if self._closed:
             return
         try:
-            if self._log is not None:
+            log = self._log
+            if log is not None:
                 try:
-                    self._log.close()
+                    log.close(truncate=False)
                 finally:
                     with self._lock:
                         self._flush_pending_locked()
+                        self._cut_free_space(log)
         finally:
             self._closed = True
             self._release()
+
+    def _cut_free_space(self, log: GroupCommitLog) -> None:
+        """At close: cut the free space kept past this handle's data, under the writer
+        lock, unless another process wrote past it since (the space is then its data's).
+        Not synced: lost in a crash, the journal merely keeps free space. Holds ``_lock``."""
+        if self._file is None or self._lock_fd is None:
+            return
+        end = log.written_end
+        if not self._held:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            self._held = True
+        try:
+            if self._file.pread(1, end) == _NUL and self._file.size() > end:
+                self._file.truncate(end)
+        finally:
+            self._unlock()
 
     def _release(self) -> None:
         index = getattr(self, "_index", None)

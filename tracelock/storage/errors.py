@@ -28,7 +28,8 @@ __all__ = [
 
 
 class StoreLockedError(StoreError):
-    """Another process holds the store's writer lock."""
+    """The store's writer lock could not be taken (the system refused the lock file).
+    Writers wait for one another, one commit at a time; none is refused for another."""
 
     code = "STORE_LOCKED"
 

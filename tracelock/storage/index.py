@@ -14,6 +14,11 @@ rebuilds it from scratch when it is missing, unreadable, of an older schema, or 
 that a crash may have lost. An index that is none of these but states something the journal
 contradicts was altered: the store reports it (``IndexTamperedError``), never rebuilds it
 silently (``docs/spec.md`` 3.6).
+
+Several writer processes share the file (each adds the rows of the records it wrote or
+caught up on, see ``directory``): SQLite's own locking serializes them (WAL, so readers
+never wait), and :meth:`Index.add` keeps the index a prefix of the journal whoever adds:
+rows the index already covers are skipped, and a batch that would leave a hole is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import operator
 import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +74,11 @@ CREATE TABLE IF NOT EXISTS payloads (
 """
 
 
+_SCHEMA_STATEMENTS = [statement.strip() for statement in _SCHEMA.split(";") if statement.strip()]
+
+#: Seconds a statement waits for another process's write transaction on the index.
+_BUSY_TIMEOUT_S = 120.0
+
 #: One entry's location in a packed ``locations`` blob: (offset, length), little-endian.
 _LOCATION = LOCATION = struct.Struct("<QI")
 
@@ -97,30 +108,55 @@ class Index:
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
         uri = f"file:{path}?mode={'ro' if read_only else 'rwc'}"
-        self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        # The timeout only covers another process's short index transaction (a batch of
+        # rows, or the catch-up of a store being opened).
+        self._db = sqlite3.connect(
+            uri, uri=True, check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S
+        )
         self.read_only = read_only
+        self.closed = False
         if not read_only:
+            # WAL: processes that only read the index never wait for one that writes it.
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=OFF")
-            # Only the holder of the store's writer lock opens this file (other readers
-            # build a private index in memory), so SQLite's own file locking is dead weight.
-            self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            self._db.executescript(_SCHEMA)
-            if self.get_meta("schema") != _SCHEMA_VERSION:
-                self.reset()
+            with self.transaction():
+                for statement in _SCHEMA_STATEMENTS:
+                    self._db.execute(statement)
+                if self.get_meta("schema") != _SCHEMA_VERSION:
+                    self.reset()
 
     def close(self) -> None:
+        self.closed = True
         self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (taken at once: ``BEGIN IMMEDIATE``) around the block, so
+        that what it reads of the index is not changed by another process before it writes;
+        :meth:`add` and :meth:`reset` inside it join it."""
+        db = self._db
+        if db.in_transaction:
+            yield
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if not self.closed and db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        if not self.closed and db.in_transaction:
+            db.execute("COMMIT")
 
     def reset(self) -> None:
         """Forget everything (before a rebuild)."""
-        self._db.executescript(
+        with self.transaction():
             # ``entries``: the one-row-per-entry table of schema version 1.
-            "DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS entries; DROP TABLE IF EXISTS seq_blocks; "
-            "DROP TABLE IF EXISTS run_spans; DROP TABLE IF EXISTS payloads; DROP TABLE IF EXISTS meta;"
-        )
-        self._db.executescript(_SCHEMA)
-        self._set_meta({"schema": _SCHEMA_VERSION, "journal_end": "0", "entries": "0", "last_hash": ""})
+            for table in ("runs", "entries", "seq_blocks", "run_spans", "payloads", "meta"):
+                self._db.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in _SCHEMA_STATEMENTS:
+                self._db.execute(statement)
+            self._set_meta({"schema": _SCHEMA_VERSION, "journal_end": "0", "entries": "0", "last_hash": ""})
 
     def get_meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -151,31 +187,49 @@ class Index:
         payloads: Sequence[IndexedPayload],
         *,
         journal_end: int,
-    ) -> None:
+        start: int | None = None,
+    ) -> bool:
         """Record a batch of journal records in one transaction: entries as (entry, offset),
-        in journal order, and payload records."""
+        in journal order, and payload records.
+
+        ``start``: the journal offset the batch covers from (its rows being every record
+        from there to ``journal_end``). Given, the batch is fitted to what the index covers
+        then, as another process may have added some of the same records already: rows
+        before the index's end are skipped; a batch starting after it would leave a hole
+        and is refused (False: nothing added; the caller adds the records in between)."""
+        with self.transaction():
+            if start is not None:
+                covered = self.journal_end
+                if covered < start:
+                    return False
+                if covered >= journal_end:
+                    return True
+                if covered > start:
+                    count = self.entry_count
+                    entries = [item for item in entries if item[0].seq >= count]
+                    payloads = [row for row in payloads if row[1] >= covered]
+            self._add(entries, payloads, journal_end)
+        return True
+
+    def _add(
+        self, entries: Sequence[tuple[Entry, int]], payloads: Sequence[IndexedPayload], journal_end: int
+    ) -> None:
         db = self._db
-        db.execute("BEGIN")
-        try:
-            if payloads:
-                # In key order: hashes are random, and inserting them sorted walks the
-                # B-tree's pages once instead of jumping between them (about a third cheaper).
-                db.executemany(
-                    "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
-                    sorted(payloads, key=_hash_of),
-                )
-            if entries:
-                self._add_entries(entries)
-            meta = {"journal_end": str(journal_end)}
-            if entries:
-                last = entries[-1][0]
-                meta["entries"] = str(last.seq + 1)
-                meta["last_hash"] = last.hash
-            self._set_meta(meta)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        if payloads:
+            # In key order: hashes are random, and inserting them sorted walks the
+            # B-tree's pages once instead of jumping between them (about a third cheaper).
+            db.executemany(
+                "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
+                sorted(payloads, key=_hash_of),
+            )
+        if entries:
+            self._add_entries(entries)
+        meta = {"journal_end": str(journal_end)}
+        if entries:
+            last = entries[-1][0]
+            meta["entries"] = str(last.seq + 1)
+            meta["last_hash"] = last.hash
+        self._set_meta(meta)
 
     def _add_entries(self, entries: Sequence[tuple[Entry, int]]) -> None:
         first_seq = entries[0][0].seq

@@ -165,6 +165,12 @@ class GroupCommitLog:
     After every completed sync the leader records the durable length in the store's synced
     mark (``mark``, one unsynced 16-byte write), before the callers it covered are woken:
     opening a store after a crash tells an unfinished write from damage by it.
+
+    Several processes may append to one file, one commit at a time: the store holds its
+    writer lock whenever this log has bytes queued, and before queueing the first of them
+    tells the log where the file's data truly ends (:meth:`rebase`, after other processes
+    appended). :meth:`idle` says when the lock may be released; ``after_commit`` (set by
+    the store) runs once an event loop's commit has settled its waiters.
     """
 
     def __init__(
@@ -191,6 +197,8 @@ class GroupCommitLog:
         self._closed = False
         self._max_buffer = max_buffer
         self.syncs = 0
+        #: Called (no lock held) after :meth:`_commit_for` settled its waiters.
+        self.after_commit: Callable[[], None] | None = None
 
     @property
     def queued_end(self) -> int:
@@ -203,6 +211,37 @@ class GroupCommitLog:
     @property
     def written_end(self) -> int:
         return self._written_end
+
+    def idle(self) -> bool:
+        """True when nothing is queued, written or synced by anyone, and no one waits: the
+        store may then let go of its writer lock. A failed or closed log is idle (it writes
+        nothing more)."""
+        with self._mutex:
+            if self._error is not None or self._closed:
+                return True
+            return (
+                self._queued_end == self._written_end
+                and not self._leading
+                and not self._waiters
+                and not self._loop_waiters
+            )
+
+    def rebase(self, end: int, durable: int) -> None:
+        """Continue at ``end``, where the file's data ends after other processes appended
+        (or a repair cut a torn tail); ``durable``: how much of it is known durable (the
+        synced mark: never more than was synced). Only while idle, under the writer lock."""
+        with self._mutex:
+            self._check()
+            if self._queued_end != self._written_end:
+                raise AssertionError("rebase while bytes are queued")
+            self._queued_end = self._written_end = end
+            self._durable_end = min(max(self._durable_end, durable), end)
+            self._allocated = self._file.size()
+
+    def reallocated(self) -> None:
+        """Re-read the file's size (another process cut its free space at close)."""
+        with self._mutex:
+            self._allocated = self._file.size()
 
     def enqueue(self, data: bytes) -> int:
         """Queue ``data`` for appending; return the file offset at which it will start."""
@@ -278,12 +317,16 @@ class GroupCommitLog:
             for _, future, _ in waiting:
                 if not future.done():
                     future.set_exception(exc)
+            if self.after_commit is not None:
+                self.after_commit()
             if not isinstance(exc, Exception):
                 raise
             return
         for _, future, value in waiting:
             if not future.done():  # a cancelled waiter
                 future.set_result(value)
+        if self.after_commit is not None:
+            self.after_commit()
 
     def _check(self) -> None:
         if self._error is not None:
@@ -409,12 +452,13 @@ class GroupCommitLog:
             size += self._file.pwrite(zeros[: target - size], size)
         self._allocated = size
 
-    def close(self) -> None:
-        """Sync what is queued, cut off the free space, then refuse further work."""
+    def close(self, *, truncate: bool = True) -> None:
+        """Sync what is queued, cut off the free space (unless ``truncate`` is false: the
+        store then does it under its writer lock), then refuse further work."""
         try:
             if self._error is None and not self._closed:
                 self.wait_durable()
-                if self._allocated > self._written_end:
+                if truncate and self._allocated > self._written_end:
                     # Not synced: if this is lost in a crash, the journal merely keeps
                     # its free space, which readers skip.
                     self._file.truncate(self._written_end)

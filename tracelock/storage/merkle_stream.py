@@ -14,15 +14,29 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from tracelock.core.merkle import EMPTY_ROOT, HASH_SIZE
 from tracelock.storage.merkle_tree import CHUNK_LEVEL, MerkleTreeCorruptError, MerkleTreeFile
 
-__all__ = ["CacheMismatch", "MerkleStream", "open_node_files"]
+__all__ = ["CacheMismatch", "MerkleStream", "StoredNodes", "open_node_files"]
 
 _NODE_PREFIX = b"\x01"
 # Stored nodes read per level file access while comparing.
 _NODE_BATCH = 4096
+
+
+class StoredNodes(Protocol):
+    """Stored Merkle nodes to compare: the directory store's node files
+    (:class:`MerkleTreeFile`) or PostgreSQL's node table."""
+
+    def stored_levels(self) -> list[int]: ...
+
+    def stored_count(self, level: int) -> int: ...
+
+    def stored_nodes(self, level: int, start: int, end: int) -> bytes: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,7 @@ class CacheMismatch:
 class _StoredNodes:
     """The nodes of one level of a node file, read in batches, front to back."""
 
-    def __init__(self, tree: MerkleTreeFile, level: int) -> None:
+    def __init__(self, tree: StoredNodes, level: int) -> None:
         self.tree = tree
         self.level = level
         self.count = tree.stored_count(level)
@@ -66,7 +80,7 @@ class MerkleStream:
     """Leaf hashes in, roots out. ``marks``: sizes whose root is kept in :attr:`roots`;
     ``cache``: node files to compare (see :attr:`mismatch`)."""
 
-    def __init__(self, marks: Iterable[int] = (), cache: MerkleTreeFile | None = None) -> None:
+    def __init__(self, marks: Iterable[int] = (), cache: StoredNodes | None = None) -> None:
         self.size = 0
         self._stack: list[bytes] = []  # roots of the perfect subtrees, largest first
         self._marks = sorted({mark for mark in marks if mark >= 0}, reverse=True)

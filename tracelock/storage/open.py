@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.errors import StoreFormatError, StoreUnsupportedError
+from tracelock.storage.errors import StoreFormatError
 from tracelock.storage.postgres.location import is_postgres_location
 
 if TYPE_CHECKING:
     from tracelock.storage.postgres.store import PostgresStore
 
-__all__ = ["open_directory_store", "open_store"]
+__all__ = ["open_store"]
 
 
 def open_store(
@@ -38,24 +38,3 @@ def open_store(
         scheme = text.split("://", 1)[0]
         raise StoreFormatError(f"no storage backend for {scheme}:// locations in this version")
     return DirectoryStore(text, create=create, read_only=read_only, clock=clock)
-
-
-def open_directory_store(
-    location: str | os.PathLike[str],
-    *,
-    create: bool = True,
-    read_only: bool = False,
-    what: str = "this command",
-) -> DirectoryStore:
-    """:func:`open_store` for the operations that exist only on the directory store so far
-    (raw journal verification, checkpoints, proofs, bundles): any other backend is refused
-    with ``STORE_UNSUPPORTED``."""
-    text = os.fspath(location)
-    if is_postgres_location(text):
-        raise StoreUnsupportedError(
-            f"{what} is not supported on the PostgreSQL backend yet",
-            details={"backend": "postgresql", "operation": what},
-        )
-    store = open_store(text, create=create, read_only=read_only)
-    assert isinstance(store, DirectoryStore)
-    return store

@@ -37,6 +37,7 @@ from tracelock.core.entry import (
     parse_entry,
 )
 from tracelock.errors import CanonicalError
+from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError
 from tracelock.storage.index import LOCATION, Index, IndexedPayload, RunRow, row_difference
@@ -185,7 +186,7 @@ class _PayloadTracker:
 
 
 def verify_store(
-    store: DirectoryStore,
+    store: Store,
     *,
     progress: Callable[[int], None] | None = None,
     merkle: MerkleStream | None = None,
@@ -206,7 +207,18 @@ def verify_store(
     ``compare_index``: also compare the store's index with the journal (when this handle
     reads the on-disk index); a contradiction is the report's issue when the journal passed.
     ``verify --store`` (``tracelock.evidence.store_verify``) asks for it.
+
+    A PostgreSQL store is verified from its rows instead
+    (:func:`tracelock.storage.postgres.verify.verify_postgres_store`: the same checks and
+    issue codes where they apply; its other columns are always compared with the lines).
     """
+    if not isinstance(store, DirectoryStore):
+        from tracelock.storage.postgres.store import PostgresStore
+        from tracelock.storage.postgres.verify import verify_postgres_store
+
+        if not isinstance(store, PostgresStore):
+            raise TypeError(f"no verification for {type(store).__name__} stores")
+        return verify_postgres_store(store, progress=progress, merkle=merkle)
     store.flush()  # what this handle appended is in the file before it is read
     index = store.index_to_compare() if compare_index else None
     scan = _StoreScan(store, progress, merkle, None if index is None else _IndexComparison(index))
@@ -505,6 +517,9 @@ class _StoreScan:
         self.merkle = merkle
         self.report = VerifyReport(scope="store")
         self.heads: dict[bytes, tuple[int, bytes]] = {}  # open run -> (last i, last hash)
+        # Ended runs (chain rule 4: no entry after run.end), as the first 16 bytes of the
+        # SHA-256 of the id, as ``ChainChecker`` keeps them.
+        self.closed: set[bytes] = set()
         self.recent: dict[bytes, bool] = {}
         self.older: dict[bytes, bool] = {}
         self.erased: set[bytes] = set()
@@ -524,6 +539,7 @@ class _StoreScan:
         """
         store = self.store
         heads = self.heads
+        closed = self.closed
         recent, older = self.recent, self.older
         room = _GENERATION - len(recent)  # insertions left before ``recent`` turns over
         metas = self.metas
@@ -554,7 +570,7 @@ class _StoreScan:
                     break
                 head = heads.get(run)
                 if head is None:
-                    if i_text != b"0" or prev:
+                    if i_text != b"0" or prev or sha256(run).digest()[:16] in closed:
                         break
                     i = 0
                 else:
@@ -594,6 +610,7 @@ class _StoreScan:
                         older, recent, room = recent, {}, _GENERATION
                 if kind == TERMINAL_KIND_BYTES:
                     heads.pop(run, None)
+                    closed.add(sha256(run).digest()[:16])
                 else:
                     heads[run] = (i, sha256(line).hexdigest().encode())
                 if compare is not None:
@@ -621,7 +638,7 @@ class _StoreScan:
                 if leaves is not None:
                     leaves.append(sha256(_LEAF_PREFIX + line).digest())
                 next_seq += 1
-                if head is None:
+                if head is None and run != ADMIN_RUN_BYTES:
                     runs += 1
             elif line:
                 digest = line[1:65]
@@ -697,7 +714,7 @@ class _StoreScan:
     def _explain(self, record: Record) -> ChainIssue:
         cached = dict(self.older)
         cached.update(self.recent)  # the newer state of a hash wins
-        return _explain(self.store, record, self.next_seq, self.heads, cached, self.redactions)
+        return _explain(self.store, record, self.next_seq, self.heads, cached, self.redactions, self.closed)
 
     def finish(self, offset: int, tail: int) -> VerifyReport:
         """The report once every whole line up to the data end passed."""
@@ -760,10 +777,13 @@ def _explain(
     heads: dict[bytes, tuple[int, bytes]],
     recent: dict[bytes, bool],
     redactions: set[str],
+    closed: set[bytes],
 ) -> ChainIssue:
     """The precise reason a record failed the fast path."""
     checker = ChainChecker.resume(
-        next_seq, {run.decode(): (i, digest.decode()) for run, (i, digest) in heads.items()}
+        next_seq,
+        {run.decode(): (i, digest.decode()) for run, (i, digest) in heads.items()},
+        closed=lambda run: hashlib.sha256(run.encode()).digest()[:16] in closed,
     )
     tracker = _PayloadTracker(store)
     for digest, redacted in recent.items():
@@ -843,7 +863,7 @@ def _check_record(
     return None
 
 
-def verify_run(store: DirectoryStore, run: str) -> VerifyReport:
+def verify_run(store: Store, run: str) -> VerifyReport:
     """Verify one run: its chain from its first entry to its last, and its payloads."""
     report = VerifyReport(scope=f"run {run}")
     entries = store.entries(run)

@@ -20,8 +20,8 @@ def search_step(query: str) -> list[dict[str, Any]]:
 
 
 @DBOS.step()
-def lookup_step(customer_id: str) -> dict[str, Any]:
-    return effects.lookup_customer(customer_id)
+def update_step(customer_id: str, text: str) -> dict[str, Any]:
+    return effects.send_update(customer_id, text)
 
 
 @DBOS.workflow()
@@ -29,5 +29,5 @@ def agent_workflow(task: dict[str, Any]) -> dict[str, Any]:
     ask = task["ask"]
     plan = plan_step(prompt=ask)
     orders = search_step(query=ask)
-    customer = lookup_step(customer_id=task["customer"])
-    return {"plan": plan["content"], "orders": orders, "customer": customer}
+    update = update_step(customer_id=task["customer"], text=plan["content"])
+    return {"plan": plan["content"], "orders": orders, "update": update}

@@ -4,10 +4,11 @@ with the two probes the crash test needs.
 - Counters: when :func:`configure` names a directory, each effect appends a line to a file of
   its own name there each time it really runs. The files live outside every system's store, so
   they count what happened, not what a journal says happened.
-- The hold: when :func:`configure` names a marker file, the third effect (``lookup_customer``)
-  writes it on entry, before it does anything, and then waits to be killed. Every system has
-  recorded the second step before it starts the third, so a kill on seeing the marker lands
-  after the second step has completed and been recorded.
+- The hold: when :func:`configure` names a marker file, the third effect (``send_update``, the
+  irreversible one) writes it on entry, before it does anything, and then waits to be killed.
+  Every system has recorded the second step before it starts the third, so a kill on seeing
+  the marker lands after the second step has completed and been recorded, and before the
+  irreversible effect has happened (its counter is written after the hold).
 
 With neither probe set (the timed runs), each effect is one ``None`` check on top of the
 workload's own function.
@@ -21,7 +22,7 @@ from typing import Any
 
 from bench import workload
 
-EFFECTS = ("llm", "search_orders", "lookup_customer")
+EFFECTS = ("llm", "search_orders", "send_update")
 
 _counters: Path | None = None
 _hold: Path | None = None
@@ -63,10 +64,10 @@ def search_orders(query: str) -> list[dict[str, Any]]:
     return workload.search_orders(query)
 
 
-def lookup_customer(customer_id: str) -> dict[str, Any]:
+def send_update(customer_id: str, text: str) -> dict[str, Any]:
     if _hold is not None:
         _hold.write_text("the third effect has started\n")
         while True:  # the parent kills this process now
             time.sleep(1)
-    _count("lookup_customer")
-    return workload.lookup_customer(customer_id)
+    _count("send_update")
+    return workload.send_update(customer_id, text)

@@ -44,8 +44,8 @@ class WorkloadAgent(BaseAgent):
             ask = task["ask"]
             plan = _step(wal, "llm", effects.plan, prompt=ask)
             orders = _step(wal, "search_orders", effects.search_orders, query=ask)
-            customer = _step(wal, "lookup_customer", effects.lookup_customer, customer_id=task["customer"])
-            output = {"plan": plan["content"], "orders": orders, "customer": customer}
+            update = _step(wal, "send_update", effects.send_update, customer_id=task["customer"], text=plan["content"])
+            output = {"plan": plan["content"], "orders": orders, "update": update}
             wal.execution_completed(stable_hash(output))
         return AgentResponse.success(output, agent=self.definition.name, trace_id=env.metadata.traceId)
 

@@ -14,7 +14,7 @@ class State(TypedDict, total=False):
     customer: str
     plan: dict[str, Any]
     orders: list[dict[str, Any]]
-    customer_record: dict[str, Any]
+    update: dict[str, Any]
 
 
 def plan_node(state: State) -> State:
@@ -26,21 +26,21 @@ def search_node(state: State) -> State:
     return {"orders": effects.search_orders(query=ask)}
 
 
-def lookup_node(state: State) -> State:
-    return {"customer_record": effects.lookup_customer(customer_id=state["customer"])}
+def update_node(state: State) -> State:
+    return {"update": effects.send_update(customer_id=state["customer"], text=state["plan"]["content"])}
 
 
 def build(checkpointer: Any) -> Any:
     graph = StateGraph(State)
     graph.add_node("plan", plan_node)
     graph.add_node("search", search_node)
-    graph.add_node("lookup", lookup_node)
+    graph.add_node("update", update_node)
     graph.add_edge(START, "plan")
     graph.add_edge("plan", "search")
-    graph.add_edge("search", "lookup")
-    graph.add_edge("lookup", END)
+    graph.add_edge("search", "update")
+    graph.add_edge("update", END)
     return graph.compile(checkpointer=checkpointer)
 
 
 def output(state: dict[str, Any]) -> dict[str, Any]:
-    return {"plan": state["plan"]["content"], "orders": state["orders"], "customer": state["customer_record"]}
+    return {"plan": state["plan"]["content"], "orders": state["orders"], "update": state["update"]}

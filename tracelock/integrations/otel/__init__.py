@@ -7,6 +7,7 @@
 the journal or a fingerprint. See ``docs/integrations.md``.
 """
 
+from tracelock.integrations.otel.errors import OtelNotInstalledError
 from tracelock.integrations.otel.observer import SpanObserver, instrument, uninstrument
 
-__all__ = ["SpanObserver", "instrument", "uninstrument"]
+__all__ = ["OtelNotInstalledError", "SpanObserver", "instrument", "uninstrument"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracelock.core.canonical import CanonicalError, dumps
 from tracelock.integrations.otel import attributes as a
+from tracelock.integrations.otel.errors import OtelNotInstalledError
 from tracelock.runtime.pipeline.observe import run_mode
 from tracelock.runtime.pipeline.usage import tokens_of
 
@@ -39,7 +40,14 @@ class SpanObserver:
     personal data)."""
 
     def __init__(self, tracer_provider: TracerProvider | None = None, *, capture_content: bool = False) -> None:
-        from opentelemetry import trace
+        try:
+            from opentelemetry import trace
+        except ImportError as exc:
+            raise OtelNotInstalledError(
+                f"the OpenTelemetry adapter needs {exc.name or 'opentelemetry'} (not installed): "
+                "pip install 'tracelock[otel]'",
+                details={"extra": "otel", "module": exc.name},
+            ) from None
 
         self._trace = trace
         self.tracer: Tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)

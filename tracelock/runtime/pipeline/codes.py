@@ -21,6 +21,7 @@ LLM_REQUEST_INVALID = register_code("LLM_REQUEST_INVALID", V, "the LLM request i
 APPROVAL_REJECTED = register_code("APPROVAL_REJECTED", D, "a human rejected the step that required approval")
 TOOL_RAISED = register_code("TOOL_RAISED", X, "the tool raised an exception")
 TOOL_TIMEOUT = register_code("TOOL_TIMEOUT", X, "the tool did not finish within its timeout")
+RESULT_CONTRACT = register_code("RESULT_CONTRACT_VIOLATION", X, "the tool's result does not satisfy its output contract (result_schema, or the schema of its return annotation): a contract drift; the result is not passed to the agent")
 RESULT_NOT_JSON = register_code("RESULT_NOT_JSON", X, "the tool returned a value that is not canonical JSON")
 LLM_NOT_CONFIGURED = register_code("LLM_NOT_CONFIGURED", X, "the runtime has no LLM provider")
 LLM_PROVIDER_ERROR = register_code("LLM_PROVIDER_ERROR", X, "the LLM provider raised an exception")

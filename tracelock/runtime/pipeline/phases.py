@@ -46,11 +46,13 @@ from tracelock.runtime.pipeline.codes import (
     PROPOSAL_NOT_OBJECT,
     PROPOSAL_UNKNOWN_FIELD,
     PROPOSAL_VERSION,
+    RESULT_CONTRACT,
     RESULT_NOT_JSON,
     TOOL_RAISED,
     TOOL_TIMEOUT,
     TOOL_UNKNOWN,
 )
+from tracelock.runtime.pipeline.held import answered_model
 from tracelock.runtime.pipeline.request import StepRequest, idempotency_key, tool_request
 from tracelock.runtime.pipeline.state import RunState
 from tracelock.runtime.pipeline.usage import cost_of, tokens_of
@@ -83,6 +85,10 @@ _PARSE, _VALIDATE, _AUTHORIZE, _EXECUTE, _RECORD = (
 PROPOSAL_FIELDS = frozenset({"schema_version", "id", "action", "args", "reasoning"})
 PROPOSAL_REQUIRED = ("schema_version", "id", "action", "args")
 PROPOSAL_VERSIONS = frozenset({1})
+
+#: Step kinds answered inside the process: nothing of the run reaches the world through
+#: them, so they need no earlier result to be durable first (docs/spec.md 3.4).
+_LOCAL_KINDS = frozenset({"clock.now", "random", "uuid", "sleep"})
 
 
 def now_value(ms: int) -> datetime.datetime:
@@ -139,6 +145,10 @@ def live(
             if not intent_written:
                 journal.intent(doc)
                 intent_written = True
+        if journal is not None and kind not in _LOCAL_KINDS:
+            # An earlier irreversible result is durable before this step leaves the process
+            # (a no-op when the intent's durable append above already covered it).
+            journal.settle()
         result, attempts = execute(state, step, request, key)
         doc["attempts"] = attempts
         if sandbox is not None and kind == "fs":
@@ -148,6 +158,20 @@ def live(
             result_hash = _sha256(dumps(result)).hexdigest()
         except CanonicalError as exc:
             raise StepFailure(RESULT_NOT_JSON, f"result of {request.name!r}: {exc.message}") from None
+        if tool is not None and tool.result_schema is not None:
+            problem = tool.validate_result(result)
+            if problem is not None:
+                # A contract drift: the result is journaled only by its hash, never passed on.
+                raise StepFailure(
+                    RESULT_CONTRACT,
+                    f"result of {request.name!r} breaks its output contract: {problem}",
+                    tool=request.name,
+                    result_hash=result_hash,
+                )
+        if kind == "llm":
+            model = answered_model(result)
+            if model is not None:
+                doc["model"] = model
         doc["outcome"] = "SUCCESS"
         doc["code"] = None
         doc["phase"] = None
@@ -288,6 +312,12 @@ def authorize(state: RunState, step: int, request: StepRequest, doc: dict[str, A
         args = request.args
         decision = state.policy.static_decision("llm", "llm", "read_only", args["model"], args["max_tokens"])
     elif kind == "tool" or kind == "fs":
+        stops = state.env.stops
+        if stops is not None:
+            if request.side_effect != "read_only":
+                stops.poll()  # a stop another process wrote reaches runs in flight
+            if stops.active:
+                stops.check(request.name, request.side_effect)
         decision = state.policy.static_decision(kind, request.name, request.side_effect)
     else:
         return
@@ -449,6 +479,13 @@ def execute(state: RunState, step: int, request: StepRequest, key: str | None) -
         tool = request.tool
         assert tool is not None
         return _run_tool(state, tool, request.args, key)
+    if kind == "llm" and env.held is not None:
+        found, held = env.held.take(request.canonical)
+        if found:
+            answer = held.get("llm") if request.perform is not None and isinstance(held, dict) else held
+            with state.lock:
+                _account_llm(state, answer, request.args.get("model"))
+            return held, 1
     perform = request.perform
     if perform is not None:
         try:
@@ -539,7 +576,7 @@ def record(state: RunState, journal: RunJournal | None, doc: dict[str, Any], int
             }
             if "sandbox" in doc:
                 result_doc["sandbox"] = doc["sandbox"]
-            journal.result(result_doc, durable=doc.get("class") == "irreversible")
+            journal.result(result_doc, irreversible=doc.get("class") == "irreversible")
         else:
             journal.effect(doc)
     state.effects[doc["step"]] = doc

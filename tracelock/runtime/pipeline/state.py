@@ -8,8 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tracelock.runtime.pipeline.held import HeldAnswers
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
+from tracelock.runtime.policy.stops import StopBoard
 from tracelock.runtime.records import RunJournal, RunRecord
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.runtime.tools.tools import Tool
@@ -26,9 +28,11 @@ class Environment:
     sleeper, ``invoke(tool, kwargs)`` runs a tool's function under its timeout, gathers run
     on ``gather_pool``, and ``sandbox`` (or None) is the sandboxed filesystem whose state is
     recorded around every ``fs`` and proposal step. ``observer`` (or None) is told of every
-    run and step (:class:`RunObserver`)."""
+    run and step (:class:`RunObserver`). ``stops`` (or None) is the emergency-stop board
+    consulted at AUTHORIZE; ``held`` (or None) answers LLM steps from another run's record
+    (``drift --hold-llm``)."""
 
-    __slots__ = ("clock_ms", "gather_pool", "invoke", "observer", "sandbox", "sleep", "toolkit", "tools")
+    __slots__ = ("clock_ms", "gather_pool", "held", "invoke", "observer", "sandbox", "sleep", "stops", "toolkit", "tools")
 
     def __init__(
         self,
@@ -48,6 +52,8 @@ class Environment:
         self.gather_pool = gather_pool
         self.sandbox = sandbox
         self.observer: RunObserver | None = None
+        self.stops: StopBoard | None = None
+        self.held: HeldAnswers | None = None
 
 
 @dataclass(frozen=True)

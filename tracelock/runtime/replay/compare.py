@@ -4,7 +4,9 @@ Used by ``drift`` (the same input run N times) and ``diff`` (any two runs). The 
 difference: ``input``, ``policy``, ``agent``, ``tool`` (an effect added, missing or
 replaced), ``ordering`` (the same effects in another order), ``argument``, ``output`` (a
 tool's or the run's output), ``retry`` (attempts), ``timeout``, ``outcome``, ``routing``,
-``sandbox``.
+``sandbox``, and ``model``: an LLM step whose results differ because the provider
+answered with another model than in the first run (the ``model`` member of its effect,
+the model the response names, beside the requested one in ``args``).
 
 Every comparison is by canonical form (RFC 8785), as the fingerprint is: ``0`` and ``0.0``
 are the same value, ``true`` and ``1`` are not.
@@ -18,9 +20,10 @@ from typing import Any
 from tracelock.core.canonical import dumps
 from tracelock.core.fingerprint import effect_projection, run_projection
 from tracelock.core.jsondiff import diff, same_value
+from tracelock.runtime.pipeline.held import answered_model
 from tracelock.runtime.records import RunRecord
 
-__all__ = ["projection_of", "first_difference", "run_difference", "step_table"]
+__all__ = ["projection_of", "first_difference", "run_difference", "step_table", "model_of"]
 
 _EFFECT_FIELDS = (
     ("kind", "tool"),
@@ -52,6 +55,19 @@ def projection_of(record: RunRecord) -> dict[str, Any]:
         outcome=str(end.get("outcome")),
         code=end.get("code"),
     )
+
+
+def model_of(effect: Mapping[str, Any] | None) -> str | None:
+    """The model that answered an LLM step (its recorded ``model``, else the one its
+    result names), or None for other steps and for answers that name none."""
+    if effect is None or effect.get("kind") != "llm":
+        return None
+    model = effect.get("model")
+    return model if isinstance(model, str) else answered_model(effect.get("result"))
+
+
+def _model_changed(ea: Mapping[str, Any] | None, eb: Mapping[str, Any] | None) -> bool:
+    return ea is not None and eb is not None and ea.get("kind") == "llm" and model_of(ea) != model_of(eb)
 
 
 def _identity(effect: Mapping[str, Any]) -> bytes:
@@ -120,6 +136,20 @@ def run_difference(a: RunRecord, b: RunRecord) -> dict[str, Any] | None:
                 f"step {step}: the result of {difference['tool'].get('name')!r} differs only where it echoes "
                 "its idempotency key, which is made from the run id"
             )
+    if difference["component"] == "effects" and isinstance(step, int):
+        ea, eb = a.effects.get(step), b.effects.get(step)
+        if difference.get("field") == "result" and _model_changed(ea, eb):
+            # The provider answered with another model: name the model, not the output.
+            difference.update(
+                component="model",
+                kind="model",
+                field="model",
+                a=model_of(ea),
+                b=model_of(eb),
+                requested=(ea or {}).get("args", {}).get("model") if isinstance((ea or {}).get("args"), dict) else None,
+                message=f"step {step}: the provider answered with model {model_of(eb)!r}, "
+                f"the first run's answer came from {model_of(ea)!r}",
+            )
     return difference
 
 
@@ -170,6 +200,8 @@ def step_table(a: RunRecord, b: RunRecord) -> list[dict[str, Any]]:
             differing = ["missing" if pb is None else "added"]
         else:
             differing = [field for field, _ in _EFFECT_FIELDS if _differs(pa.get(field), pb.get(field))]
+            if _model_changed(a.effects[step], b.effects[step]):
+                differing.append("model")
         label_a = f"{pa['kind']} {pa['name']}" if pa else "-"
         label_b = f"{pb['kind']} {pb['name']}" if pb else "-"
         rows.append({"step": step, "a": label_a, "b": label_b, "same": not differing, "differs": differing,

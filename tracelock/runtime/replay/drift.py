@@ -10,6 +10,11 @@ An *attempt* is anything that records one run in a given store directory: in thi
 see ``tracelock.cli.drift_processes``), which is the only way to see drift that depends on
 string hashing, such as iterating over a set of strings. :func:`hash_seed` gives each
 attempt its ``PYTHONHASHSEED``, from the attempt number alone.
+
+With ``hold_llm``, every attempt after the first answers its LLM steps from the first
+run's record (:class:`tracelock.runtime.pipeline.held.HeldAnswers`): the model's variance
+is held fixed, so what still drifts is the code's doing. When it is not held, an LLM step
+whose provider answered with another model is reported as a ``model`` difference.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelock.core.fingerprint import value_hash
+from tracelock.runtime.pipeline.held import HeldAnswers
 from tracelock.runtime.records import RunRecord, load_run
 from tracelock.runtime.replay.compare import run_difference
 from tracelock.storage.directory import DirectoryStore
@@ -39,6 +45,8 @@ class DriftReport:
     drift: dict[str, Any] | None
     mode: str = "in-process"
     hash_seeds: list[int] | None = None
+    #: Whether LLM answers were held fixed (answered from the first run).
+    held_llm: bool = False
 
     @property
     def drifted(self) -> bool:
@@ -49,6 +57,7 @@ class DriftReport:
             "runs": self.runs,
             "mode": self.mode,
             "hash_seeds": self.hash_seeds,
+            "held_llm": self.held_llm,
             "fingerprints": self.fingerprints,
             "drifted": self.drifted,
             "drift": self.drift,
@@ -116,20 +125,30 @@ def detect_drift(
     progress: Callable[[int, str | None], None] | None = None,
     seed: str | None = None,
     run_id: str | None = None,
+    hold_llm: bool = False,
 ) -> DriftReport:
     """Every attempt in this process: ``make_runtime(store)`` builds a runtime over a fresh
     store for each run. Drift that depends on the process's hash seed cannot show here.
     Every attempt runs under one run id (``run_id``, by default :func:`drift_run_id` of the
-    agent's qualified name) and one ``seed`` (by default the one that id gives)."""
+    agent's qualified name) and one ``seed`` (by default the one that id gives). With
+    ``hold_llm`` the attempts after the first answer their LLM steps from the first run."""
     same_id = run_id or drift_run_id(f"{agent.__module__}:{agent.__qualname__}", input)
+    first: list[dict[str, Any]] = []
 
     def in_process(number: int, location: Path) -> str:
         store = DirectoryStore(location)
         runtime = make_runtime(store)
         try:
-            return str(runtime.run(agent, input, run_id=same_id, seed=seed).run_id)
+            if hold_llm and number > 0:
+                runtime.environment.held = HeldAnswers(first)
+            result = runtime.run(agent, input, run_id=same_id, seed=seed)
+            if hold_llm and number == 0:
+                first.extend(load_run(store, result.run_id).effects.values())
+            return str(result.run_id)
         finally:
             runtime.close()
             store.close()
 
-    return compare_attempts(in_process, n, progress=progress)
+    report = compare_attempts(in_process, n, progress=progress)
+    report.held_llm = hold_llm
+    return report

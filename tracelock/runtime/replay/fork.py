@@ -34,6 +34,7 @@ from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.replay.replay import replay_record
+from tracelock.runtime.runs.engine import RunExistsError
 from tracelock.runtime.runs.lifecycle import check_transition
 from tracelock.runtime.runs.prefix import ForkPrefixError, child_recording
 
@@ -165,8 +166,13 @@ def fork_run(
     if divergence is not None:
         raise ForkRefusedError(_refusal(divergence, run_id, at, None))
     child = new_run_id or runtime._ids()
+    if runtime._existing(child) is not None:
+        # An injected id source (or the caller) repeated an id: appending the child's start
+        # to another run's chain would corrupt it.
+        raise RunExistsError(f"run {child!r} already exists: a fork needs a new run id", details={"run": child})
     journal = RunJournal(runtime.store, child, strict=runtime.strict_durability)
     seed = str(parent.start.get("seed"))
+    provenance = runtime._record_provenance(runtime.provenance.reference(func, runtime.toolkit))
     start = journal.start(
         {
             "agent": name,
@@ -175,7 +181,8 @@ def fork_run(
             "policy": policy.hash,
             "seed": seed,
             "parent": {"run": run_id, "step": at},
-        },
+        }
+        | ({"provenance": provenance} if provenance is not None else {}),
         agent=name,
         parent=run_id,
     )

@@ -27,6 +27,10 @@ class GateReport:
     matched: int = 0
     diverged: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    #: Runs recorded under another engine or environment than the replaying one
+    #: (``{"run", "agent", "engine": [differences]}``): information, or a failure under
+    #: ``replay --all --strict-environment``.
+    environment: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -40,6 +44,7 @@ class GateReport:
             "matched": self.matched,
             "diverged": self.diverged,
             "skipped": self.skipped,
+            "environment": self.environment,
         }
 
 
@@ -65,10 +70,14 @@ def replay_all(
             report.skipped.append({"run": info.run, "agent": info.agent, "reason": exc.message})
             continue
         report.checked += 1
+        if replay.environment_changed and replay.provenance is not None:
+            report.environment.append({"run": info.run, "agent": info.agent, "engine": replay.provenance["engine"]})
         if replay.matched:
             report.matched += 1
         else:
-            report.diverged.append({"run": info.run, "agent": info.agent, "divergence": replay.divergence})
+            report.diverged.append(
+                {"run": info.run, "agent": info.agent, "divergence": replay.divergence, "provenance": replay.provenance}
+            )
         if progress is not None:
             progress(position + 1, len(runs))
     return report

@@ -6,6 +6,11 @@ That first divergence is the verdict even if the agent catches what the context 
 carries on (see :class:`tracelock.runtime.errors.Diverged`); a gather is judged in the
 order the code lists its members. A replay writes nothing. A matching replay reproduces the
 recorded output and fingerprint.
+
+Before anything is compared, the run's recorded provenance (the engine, the agent's
+modules, the tools' definitions: ``run.start``'s ``provenance``) is compared with the
+current one; what changed is reported beside the verdict (``provenance``), so a
+divergence comes with the modules that changed since the recording.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from tracelock.core.jsondiff import diff
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.pipeline.pipeline import Pipeline
+from tracelock.runtime.provenance.record import differences
 from tracelock.runtime.records import RunRecord, load_run
 
 if TYPE_CHECKING:
     from tracelock.runtime.runs.engine import Engine
 
-__all__ = ["ReplayReport", "replay_run"]
+__all__ = ["ReplayReport", "provenance_changes", "replay_run"]
 
 
 @dataclass
@@ -33,6 +39,14 @@ class ReplayReport:
     recorded_fingerprint: str | None
     replayed_fingerprint: str | None
     divergence: dict[str, Any] | None
+    #: What differs between the recorded provenance and the replaying one
+    #: (:func:`tracelock.runtime.provenance.record.differences`), or None when not compared.
+    provenance: dict[str, Any] | None = None
+
+    @property
+    def environment_changed(self) -> bool:
+        """Whether the engine or environment differs from the recorded one."""
+        return bool(self.provenance and self.provenance.get("engine"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +55,7 @@ class ReplayReport:
             "recorded_fingerprint": self.recorded_fingerprint,
             "replayed_fingerprint": self.replayed_fingerprint,
             "divergence": self.divergence,
+            "provenance": self.provenance,
         }
 
 
@@ -51,6 +66,12 @@ def replay_run(
     return replay_record(runtime, record, agent)
 
 
+def provenance_changes(runtime: Engine, record: RunRecord, func: Callable[..., Any]) -> dict[str, Any]:
+    """What differs between ``record``'s provenance and that of ``func`` on ``runtime``."""
+    current = runtime.provenance.document(func, runtime.toolkit)
+    return differences(record.start.get("provenance"), current)
+
+
 def replay_record(
     runtime: Engine, record: RunRecord, agent: Callable[..., Any] | str | None = None
 ) -> ReplayReport:
@@ -58,6 +79,7 @@ def replay_record(
     if redacted is not None:
         return ReplayReport(record.run_id, False, (record.end or {}).get("fingerprint"), None, redacted)
     func, _ = runtime.agent_for(record, agent)
+    changes = provenance_changes(runtime, record, func)
     name = record.agent  # the agent's identity is the recorded one; its code is what is tested
     recorded_end = record.end or {}
     recorded_fp = recorded_end.get("fingerprint")
@@ -75,7 +97,7 @@ def replay_record(
     try:
         result = runtime._drive(ctx, func, name, record.input, None, status="running")
     except DivergenceError as exc:
-        return ReplayReport(record.run_id, False, recorded_fp, None, exc.report)
+        return ReplayReport(record.run_id, False, recorded_fp, None, exc.report, changes)
     unused = sorted(set(record.effects) - set(ctx.effects))
     if unused:
         step = unused[0]
@@ -93,6 +115,7 @@ def replay_record(
                 "recorded": {key: missing.get(key) for key in ("kind", "name", "args")},
                 "requested": None,
             },
+            changes,
         )
     if result.fingerprint != recorded_fp or result.output != recorded_end.get("output"):
         return ReplayReport(
@@ -113,8 +136,9 @@ def replay_record(
                     {"output": result.output, "outcome": result.outcome},
                 ),
             },
+            changes,
         )
-    return ReplayReport(record.run_id, True, recorded_fp, result.fingerprint, None)
+    return ReplayReport(record.run_id, True, recorded_fp, result.fingerprint, None, changes)
 
 
 def _redacted_input(record: RunRecord) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from typing import Any, Self
 import orjson
 
 from tracelock.core.canonical import CanonicalError, dumps, loads
-from tracelock.core.entry import ADMIN_RUN, valid_run_id
+from tracelock.core.entry import ADMIN_RUN, POLICY_KIND, PROVENANCE_KIND, valid_run_id
 from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.runtime.doors.context import AsyncRunContext, RunContext
 from tracelock.runtime.doors.current import running
@@ -39,9 +39,12 @@ from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.pipeline.state import Environment
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
+from tracelock.runtime.policy.stops import Stop, StopBoard
+from tracelock.runtime.provenance.record import Provenance
 from tracelock.runtime.records import RunJournal, RunRecord, audit_traceback, load_run
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.runs.prefix import child_recording
+from tracelock.runtime.runs.stops import StopWatch, lift_stop, refresh_stops, set_stop
 from tracelock.runtime.strict import guard as strict_mode
 from tracelock.runtime.strict.guard import NondeterminismError
 from tracelock.runtime.tools.invoke import ToolInvoker
@@ -58,6 +61,7 @@ __all__ = [
     "RunResult",
     "AsyncRunContext",
     "default_seed",
+    "keyed_run_id",
     "seed_of",
     "resolve_agent_path",
     "result_from_record",
@@ -71,8 +75,6 @@ NONDETERMINISM = register_code(
     Outcome.EXECUTION_ERROR,
     "strict mode: agent code reached for nondeterminism outside the ctx doors",
 )
-
-POLICY_KIND = "policy.register"
 
 #: Strict mode for runtimes that do not say (the test suite turns it on).
 STRICT_BY_DEFAULT = False
@@ -93,6 +95,12 @@ def seed_of(text: str) -> str:
     if len(text) == 64 and all(char in "0123456789abcdef" for char in text):
         return text
     return value_hash({"seed": text})
+
+
+def keyed_run_id(agent: str, key: str) -> str:
+    """The id of ``agent``'s run under idempotency key ``key``: the same in every process,
+    so that a key given twice (to ``run`` or ``submit``, anywhere) names one run."""
+    return "idem-" + value_hash({"agent": agent, "key": key})[:40]
 
 
 def default_seed(run_id: str) -> str:
@@ -182,7 +190,9 @@ class Engine:
     ``store`` is a store or a path (default ``./.tracelock``); ``policy`` a :class:`Policy`,
     a path to a policy file, a mapping, or None for the empty policy (which denies every
     tool and LLM call). ``clock`` (ms), ``sleep`` and ``ids`` are injected; their defaults
-    read the real world.
+    read the real world. ``provenance`` says what each run records of the engine and code
+    that produced it (default: this process's engine, the agent's modules, the tools'
+    definitions; :class:`Provenance`).
     """
 
     def __init__(
@@ -200,6 +210,7 @@ class Engine:
         max_workers: int = 16,
         strict: bool | None = None,
         checkpointer: Callable[[Store], object] | None = None,
+        provenance: Provenance | None = None,
     ) -> None:
         if durability not in ("auto", "strict"):
             raise ValueError("durability is 'auto' or 'strict'")
@@ -221,6 +232,7 @@ class Engine:
         self._gather_pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tracelock-gather")
         self._tool_invoker = ToolInvoker(self._tool_pool)
         self._policies_recorded: set[str] = set()
+        self._provenance_recorded: set[str] = set()
         #: Called with the store once a run's run.end is durable (e.g. an evidence
         #: ``Checkpointer`` that signs a checkpoint covering the run).
         self.checkpointer = checkpointer
@@ -243,6 +255,14 @@ class Engine:
             gather_pool=self._gather_pool,
             sandbox=self.sandbox,
         )
+        #: What each run records of what produced it (outside the fingerprint).
+        self.provenance = provenance if provenance is not None else Provenance()
+        #: The emergency stops in force in the store (the admin chain's stop entries).
+        self.stops = StopBoard()
+        self.environment.stops = self.stops
+        self._stop_watch = StopWatch()
+        self.stops.refresher = self._poll_stops
+        refresh_stops(self.store, self.stops)
 
     # -- registration ------------------------------------------------------------------
     @property
@@ -300,7 +320,7 @@ class Engine:
         except CanonicalError as exc:
             raise AgentDefinitionError(f"the run input is not canonical JSON: {exc.message}") from None
         if idempotency_key is not None:
-            derived = "idem-" + value_hash({"agent": name, "key": idempotency_key})[:40]
+            derived = keyed_run_id(name, idempotency_key)
             if run_id is not None and run_id != derived:
                 raise AgentDefinitionError("give run_id or idempotency_key, not both")
             existing = self._existing(derived)
@@ -326,6 +346,7 @@ class Engine:
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
         seed = seed_of(seed) if seed is not None else default_seed(run_id)
         self._record_policy()
+        provenance = self._record_provenance(self.provenance.reference(func, self.toolkit))
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
         start = journal.start(
             {
@@ -336,10 +357,13 @@ class Engine:
                 "seed": seed,
                 "parent": None,
             }
-            | ({"annotations": _annotations} if _annotations else {}),
+            | ({"annotations": _annotations} if _annotations else {})
+            | ({"provenance": provenance} if provenance is not None else {}),
             agent=name,
             parent=None,
         )
+        # After the start: its append has read what other writers appended (their stops).
+        self._poll_stops()
         pipeline = Pipeline(
             self.environment, run_id=run_id, seed=seed, policy=self.policy, journal=journal, start_ms=start.ts
         )
@@ -528,6 +552,19 @@ class Engine:
             self.store.append(ADMIN_RUN, POLICY_KIND, payload=policy.document, durable=False)
         self._policies_recorded.add(policy.hash)
 
+    def _record_provenance(self, reference: tuple[str, dict[str, Any]] | None) -> str | None:
+        """Keep a provenance document in the store once; a run's start names its hash (it is
+        the same for every run of an agent in a process, and would otherwise be most of the
+        bytes of a small run)."""
+        if reference is None:
+            return None
+        digest, document = reference
+        if digest not in self._provenance_recorded:
+            if self.store.payload_state(digest) == "missing":
+                self.store.append(ADMIN_RUN, PROVENANCE_KIND, payload=document, durable=False)
+            self._provenance_recorded.add(digest)
+        return digest
+
     def agent_for(self, record: RunRecord, agent: Callable[..., Any] | str | None = None) -> tuple[Callable[..., Any], str]:
         """The code to resume or replay a recorded run with."""
         if agent is not None:
@@ -558,6 +595,23 @@ class Engine:
         """The stored response of a run, from the journal alone: no agent code, no model."""
         record = load_run(self.store, run_id)
         return result_from_record(record)
+
+    # -- emergency stops -----------------------------------------------------------------
+    def _poll_stops(self) -> None:
+        """Fold in the stops written since the last look, at most every quarter second
+        (one index lookup; the pipeline asks before each step that can change the world)."""
+        if self._stop_watch.due():
+            refresh_stops(self.store, self.stops)
+
+    def stop_tool(self, tool: str | None = None, *, side_effect: str | None = None, by: str, reason: str) -> Stop:
+        """Prohibit ``tool`` (or every tool of class ``side_effect``, e.g. ``"irreversible"``)
+        in every run of the store, runs under way included: the next step that reaches it
+        ends ``DENIED [TOOL_STOPPED]``. Journaled in the admin chain, durably."""
+        return set_stop(self.store, self.stops, tool=tool, side_effect=side_effect, by=by, reason=reason)
+
+    def lift_stop(self, tool: str | None = None, *, side_effect: str | None = None, by: str, reason: str) -> Stop:
+        """Lift the stop on ``tool`` (or on class ``side_effect``); journaled like the stop."""
+        return lift_stop(self.store, self.stops, tool=tool, side_effect=side_effect, by=by, reason=reason)
 
     def approve(self, run_id: str, step: int, *, by: str, reason: str = "") -> None:
         """Record a human's approval of the step a run waits on."""
@@ -613,6 +667,9 @@ class Engine:
             check_transition(status, "running")
             journal.state("running", {"step": record.waiting_step, "reason": "resumed"})
             status = "running"
+        # Unpaced, and after the state change, whose append has read what other writers
+        # appended: a run that waited for approval meets a stop set while it waited.
+        refresh_stops(self.store, self.stops)
         pipeline = Pipeline(
             self.environment,
             run_id=run_id,

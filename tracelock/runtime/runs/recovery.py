@@ -61,9 +61,21 @@ def recover_runs(
     runtime: Engine,
     *,
     progress: Callable[[int, int], None] | None = None,
+    skip: Callable[[str], str | None] | None = None,
 ) -> RecoveryReport:
+    """``skip(run)`` names why a run is someone else's to continue (the run queue's
+    workers), or None."""
     report = RecoveryReport(repairs=[repair.to_dict() for repair in runtime.store.repairs])
     unfinished = [info for info in runtime.store.runs() if info.status not in TERMINAL_STATES]
+    if skip is not None:
+        kept = []
+        for info in unfinished:
+            why = skip(info.run)
+            if why is None:
+                kept.append(info)
+            else:
+                report.runs.append({"run": info.run, "agent": info.agent, "from": info.status, "to": info.status, "reason": why})
+        unfinished = kept
     runtime._batch = True
     try:
         _recover_each(runtime, unfinished, report, progress)

@@ -370,6 +370,11 @@ class _GuardedEnviron(type(os.environ)):  # type: ignore[misc]
         return bool(super().__contains__(key))
 
 
+# ``key in os.environ`` judged and allowed (a library's own read) reads ``self[key]`` inside:
+# that inner read is the implementation of a guarded call, not a new one.
+_GUARD_CODES.update(method.__code__ for method in (_GuardedEnviron.__getitem__, _GuardedEnviron.__iter__, _GuardedEnviron.__contains__))
+
+
 def _resolve(name: str) -> tuple[Any, str, Any] | None:
     """(owner, attribute, value) for a dotted name whose module is importable here."""
     parts = name.split(".")

@@ -1,15 +1,29 @@
 """Calling a tool's function under its timeout.
 
+A sync tool under a timeout runs on the caller's thread, with no hand-off, wherever its
+deadline can end it there: the process's one watchdog thread
+(:mod:`tracelock.runtime.tools.watchdog`) acts only when a deadline passes, and raises
+``ToolDeadline`` in the tool, which the caller reports as ``TimeoutError`` (the pipeline's
+``TOOL_TIMEOUT``). On the main thread a signal carries it, so the tool is ended at the
+deadline even while blocked in a system call (sleeping, reading a socket, waiting on a
+lock); on other threads only an asynchronous exception can, which Python code sees at its
+next bytecode and a call blocked in C only when that call returns. So the tool's
+``timeout_mode`` decides:
+
+- ``auto`` (the default): inline on the main thread (when the signal's handler is ours);
+  elsewhere handed to a pool thread, as before: the caller gets ``TOOL_TIMEOUT`` at the
+  deadline whatever the tool does, and a blocked tool keeps running in its thread;
+- ``inline``: on the caller's thread everywhere, accepting that off the main thread a tool
+  blocked in C is ended only when its call returns;
+- ``thread``: always handed to a pool thread; the tool is never interrupted, only abandoned
+  at the deadline (for a tool whose half-done work is worse than a leaked thread).
+
+A sync tool registered with ``timeout=None`` runs inline with no deadline at all.
+
 An async tool runs on the caller's thread, in an event loop kept per thread and reused
 across calls; its deadline is a timer of that loop, which cancels the tool when it passes.
 No thread is involved unless the caller's thread already runs an event loop (an async
-agent), where a loop cannot nest.
-
-A sync tool with a timeout is handed to a pool thread: the caller must get ``TOOL_TIMEOUT``
-at the deadline even when the tool is blocked, and CPython cannot take a thread's stack away
-from a function that does not return, nor interrupt one blocked in C (an asynchronous
-exception is only seen between bytecodes). A sync tool registered with ``timeout=None`` runs
-inline with no hand-off."""
+agent), where a loop cannot nest."""
 
 from __future__ import annotations
 
@@ -22,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracelock.runtime.tools.tools import Tool
+from tracelock.runtime.tools.watchdog import WATCHDOG, ToolDeadline
 
 
 class _ThreadLoop:
@@ -47,8 +62,20 @@ class ToolInvoker:
 
     def __call__(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         if not tool.is_async:
-            if tool.timeout_s is None:
+            timeout = tool.timeout_s
+            if timeout is None:
                 return tool.func(**kwargs)
+            mode = tool.timeout_mode
+            if mode != "thread":
+                if threading.current_thread() is threading.main_thread() and WATCHDOG.signal_ready():
+                    slot = WATCHDOG.slot(signalled=True)
+                elif mode == "inline":
+                    slot = WATCHDOG.slot(signalled=False)
+                else:
+                    slot = None
+                # A tool calling a tool on the same thread: the outer one holds the slot.
+                if slot is not None and not slot.armed:
+                    return _watched(tool, kwargs, slot, timeout)
             return self._handed_off(tool, lambda: tool.func(**kwargs))
         if asyncio._get_running_loop() is not None:
             return self._handed_off(tool, lambda: asyncio.run(tool.func(**kwargs)))
@@ -86,6 +113,27 @@ class ToolInvoker:
             return loop.runner.run(bounded(), context=contextvars.copy_context())
         finally:
             _cancel_leftovers(loop.runner.get_loop())
+
+
+def _watched(tool: Tool, kwargs: dict[str, Any], slot: Any, timeout: float) -> Any:
+    """Run a sync tool on this thread under the watchdog's deadline."""
+    fired = False
+    try:
+        try:
+            WATCHDOG.arm(slot, timeout)
+            result = tool.func(**kwargs)
+        finally:
+            fired = WATCHDOG.disarm(slot)
+    except ToolDeadline:
+        raise TimeoutError(tool.name) from None
+    except Exception:
+        # What the tool raised while being ended (a cleanup failing, say) is still a timeout.
+        if slot.fired:
+            raise TimeoutError(tool.name) from None
+        raise
+    if fired:  # the deadline passed before the tool's result was taken
+        raise TimeoutError(tool.name)
+    return result
 
 
 def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:

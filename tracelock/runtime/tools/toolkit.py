@@ -17,8 +17,10 @@ from tracelock.runtime.errors import AgentDefinitionError
 from tracelock.runtime.tools.tools import (
     RetryPolicy,
     SideEffect,
+    TimeoutMode,
     Tool,
     ToolDefinitionError,
+    result_schema_from_signature,
     schema_from_signature,
 )
 
@@ -58,6 +60,9 @@ class Toolkit:
         self.tools: dict[str, Tool] = {}
         self.agents: dict[str, AgentSpec] = {}
         self.llm = llm
+        #: Counts changes to the tools, so that what is derived from them (a run's
+        #: provenance) is computed again only when they changed.
+        self.revision = 0
 
     def tool(
         self,
@@ -68,14 +73,24 @@ class Toolkit:
         timeout: float | None = 30.0,
         retry: RetryPolicy | None = None,
         description: str | None = None,
+        result_schema: dict[str, Any] | None = None,
+        timeout_mode: TimeoutMode = "auto",
     ) -> Callable[[F], F]:
         """Register a plain function as a tool.
 
         ``schema`` is the JSON Schema of its keyword arguments (derived from type hints when
-        omitted). ``side_effect`` is ``read_only`` (safe to re-run), ``idempotent`` (safe to
+        omitted). ``result_schema`` is the JSON Schema its result must satisfy, the tool's
+        output contract (derived from the return annotation when omitted and the
+        annotation has a JSON Schema; ``{}`` declares none); a result that does not
+        satisfy it ends the step ``EXECUTION_ERROR [RESULT_CONTRACT_VIOLATION]``.
+        ``side_effect`` is ``read_only`` (safe to re-run), ``idempotent`` (safe to
         re-run with the same idempotency key, passed as ``idempotency_key=`` when the
         function accepts it) or ``irreversible`` (never re-run after a crash; may need
         approval). Irreversible tools cannot be retried automatically.
+        ``timeout_mode`` says where a sync tool under a timeout runs: ``auto`` (on the
+        caller's thread when the deadline can end it there, else in a pool thread),
+        ``inline`` (always on the caller's thread) or ``thread`` (always in a pool thread,
+        abandoned rather than interrupted at the deadline); see docs/runtime.md.
         """
 
         def register(func: F) -> F:
@@ -98,6 +113,10 @@ class Toolkit:
                     retry=policy,
                     description=description or (inspect.getdoc(func) or "").split("\n")[0],
                     wants_idempotency_key=wants_key,
+                    result_schema=(result_schema or None)
+                    if result_schema is not None
+                    else result_schema_from_signature(func),
+                    timeout_mode=timeout_mode,
                 )
             )
             # A bound method takes no attributes; ``ctx.call`` then finds it by its __name__.
@@ -110,6 +129,8 @@ class Toolkit:
     def add(self, tool: Tool) -> None:
         if tool.name in self.tools and self.tools[tool.name].func is not tool.func:
             raise ToolDefinitionError(f"a different tool named {tool.name!r} is already registered")
+        if self.tools.get(tool.name) is not tool:
+            self.revision += 1
         self.tools[tool.name] = tool
 
     def agent(

@@ -4,6 +4,14 @@ and a retry policy.
 The schema is JSON Schema (draft-07 subset, validated with ``fastjsonschema``); when not
 given it is derived from the function's type hints. Validation is a pure function of the
 arguments, so a bad argument always yields the same VALIDATION_ERROR.
+
+A tool may also declare a schema for its result (its *output contract*, derived from the
+return annotation when there is one that says something): a result that does not satisfy
+it ends the step ``EXECUTION_ERROR [RESULT_CONTRACT_VIOLATION]`` and never reaches the agent.
+
+A tool's *definition* (name, side-effect class, schemas, timeout, retry policy) is hashed
+into ``definition_digest``; every run records the digests of the tools it could call, so a
+changed schema or retry policy shows when a run is replayed.
 """
 
 from __future__ import annotations
@@ -18,19 +26,25 @@ from typing import Any, Literal, get_args, get_origin
 
 import fastjsonschema
 
-from tracelock.errors import RuntimeFault
+from tracelock.core.fingerprint import value_hash
+from tracelock.errors import CanonicalError, RuntimeFault
 
 __all__ = [
     "SideEffect",
     "SIDE_EFFECTS",
+    "TimeoutMode",
     "RetryPolicy",
     "Tool",
     "ToolDefinitionError",
     "schema_from_signature",
+    "result_schema_from_signature",
 ]
 
 SideEffect = Literal["read_only", "idempotent", "irreversible"]
 SIDE_EFFECTS: tuple[str, ...] = ("read_only", "idempotent", "irreversible")
+#: Where a sync tool under a timeout runs (see ``tracelock.runtime.tools.invoke``).
+TimeoutMode = Literal["auto", "inline", "thread"]
+TIMEOUT_MODES: tuple[str, ...] = ("auto", "inline", "thread")
 
 
 class ToolDefinitionError(RuntimeFault):
@@ -81,6 +95,10 @@ class Tool:
     description: str = ""
     wants_idempotency_key: bool = False
     is_async: bool = False
+    #: JSON Schema the result must satisfy (the output contract), or None for none.
+    result_schema: dict[str, Any] | None = None
+    #: Where a sync tool under a timeout runs: see ``tracelock.runtime.tools.invoke``.
+    timeout_mode: TimeoutMode = "auto"
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS:
@@ -93,11 +111,20 @@ class Tool:
             )
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ToolDefinitionError(f"tool {self.name}: timeout must be positive")
+        if self.timeout_mode not in TIMEOUT_MODES:
+            raise ToolDefinitionError(f"tool {self.name}: timeout_mode must be one of {', '.join(TIMEOUT_MODES)}")
         try:
             self._validate = fastjsonschema.compile(self.schema)
         except fastjsonschema.JsonSchemaDefinitionException as exc:
             raise ToolDefinitionError(f"tool {self.name}: invalid JSON Schema: {exc}") from None
+        self._validate_result: Callable[[Any], Any] | None = None
+        if self.result_schema is not None:
+            try:
+                self._validate_result = fastjsonschema.compile(self.result_schema)
+            except fastjsonschema.JsonSchemaDefinitionException as exc:
+                raise ToolDefinitionError(f"tool {self.name}: invalid result JSON Schema: {exc}") from None
         self.is_async = inspect.iscoroutinefunction(self.func)
+        self._definition_digest: str | None = None
 
     @property
     def timeout_ms(self) -> int | None:
@@ -110,6 +137,51 @@ class Tool:
         except fastjsonschema.JsonSchemaValueException as exc:
             return str(exc.message)
         return None
+
+    def validate_result(self, result: Any) -> str | None:
+        """None when ``result`` satisfies the output contract (or there is none), else the
+        first violation as text."""
+        check = self._validate_result
+        if check is None:
+            return None
+        try:
+            check(result)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            return str(exc.message)
+        return None
+
+    def definition(self) -> dict[str, Any]:
+        """What the tool is, as far as a run can tell: name, side-effect class, argument and
+        result schemas, timeout and retry policy (the retried exception classes by
+        qualified name). The function's code is identified with its module
+        (:mod:`tracelock.runtime.provenance.code`)."""
+        retry = self.retry
+        return {
+            "name": self.name,
+            "class": self.side_effect,
+            "schema": self.schema,
+            "result_schema": self.result_schema,
+            "timeout_ms": self.timeout_ms,
+            "retry": {
+                "max_attempts": retry.max_attempts,
+                "delays_ms": list(retry.delays_ms),
+                "retry_on": [f"{kind.__module__}.{kind.__qualname__}" for kind in retry.retry_on],
+            },
+            "idempotency_key": self.wants_idempotency_key,
+        }
+
+    @property
+    def definition_digest(self) -> str:
+        """``H(definition())``, computed once."""
+        digest = self._definition_digest
+        if digest is None:
+            try:
+                digest = value_hash(self.definition())
+            except CanonicalError:
+                # A schema given as a Python value JSON cannot hold: identify it by its text.
+                digest = value_hash({"name": self.name, "definition": repr(self.definition())})
+            self._definition_digest = digest
+        return digest
 
 
 _JSON_TYPES: dict[Any, dict[str, Any]] = {
@@ -147,6 +219,24 @@ def _schema_for(annotation: Any, where: str) -> dict[str, Any]:
         f"{where}: cannot derive a JSON Schema from the annotation {annotation!r}; "
         "pass schema= explicitly"
     )
+
+
+def result_schema_from_signature(func: Callable[..., Any]) -> dict[str, Any] | None:
+    """The output contract a return annotation states, or None when there is none to
+    derive: no annotation, ``Any``, or a type that has no JSON Schema (a class of the
+    application's: declare ``result_schema=`` to check such a result)."""
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:
+        return None
+    if "return" not in hints:
+        return None
+    annotation = hints["return"]
+    try:
+        schema = _schema_for(annotation, f"{getattr(func, '__qualname__', func)}(return)")
+    except ToolDefinitionError:
+        return None
+    return schema or None
 
 
 def schema_from_signature(func: Callable[..., Any], *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:

@@ -53,6 +53,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " redacted boolean NOT NULL DEFAULT false,"
         " CHECK (redacted = (data IS NULL)))",
     ),
+    (
+        # The Merkle tree's perfect subtrees of 16 leaves and more (level >= 4): node
+        # ``idx`` of ``level`` covers leaves [idx * 2**level, (idx + 1) * 2**level). A cache
+        # of the entries' leaf hashes, grown by Merkle queries, never by appends.
+        "CREATE TABLE tracelock_merkle_nodes ("
+        " level smallint NOT NULL CHECK (level >= 4 AND level < 64),"
+        " idx bigint NOT NULL CHECK (idx >= 0),"
+        " hash bytea NOT NULL,"
+        " PRIMARY KEY (level, idx))",
+        # The signed checkpoints (C2SP signed notes), numbered from 1, with the consistency
+        # proof from the previous one and the verifier keys of their signers.
+        "CREATE TABLE tracelock_checkpoints ("
+        " number bigint PRIMARY KEY CHECK (number >= 1),"
+        " note bytea NOT NULL,"
+        " consistency bytea,"
+        " vkeys text NOT NULL)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,14 +1,16 @@
 """A :class:`tracelock.storage.backend.Store` kept in a PostgreSQL database.
 
-Each append is one transaction that first locks the single row of ``tracelock_head``
-(``SELECT ... FOR UPDATE``): that row lock is the store-wide writer lock, held for one commit
-and never across a run, so appends from any number of threads, processes and machines
-get a dense ``seq``, and each run's ``i`` and ``prev`` continue from the committed head.
+Each append transaction (the appends a handle's threads and coroutines queued together:
+:mod:`tracelock.storage.postgres.group_commit`) first locks the single row of
+``tracelock_head`` (``SELECT ... FOR UPDATE``): that row lock is the store-wide writer lock,
+held for one commit and never across a run, so appends from any number of threads,
+processes and machines get a dense ``seq``, and each run's ``i`` and ``prev`` continue from
+the committed head.
 Commits happen in ``seq`` order (the next writer takes the row only after the previous
 commit), so every snapshot a reader sees is a prefix of the journal.
 
 Entries are built by :func:`tracelock.core.entry.build_entry` exactly as the directory
-store builds them, and stored as their canonical line; a durable append returns once its
+store builds them, and stored as their canonical line; an append returns once its
 transaction has committed (``synchronous_commit`` is never off on the store's sessions).
 """
 
@@ -17,20 +19,22 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import orjson
 
 from tracelock.core.canonical import dumps
-from tracelock.core.entry import ADMIN_RUN, TERMINAL_KINDS, Entry, build_entry, parse_entry
-from tracelock.core.merkle import (
-    ProofRequestError,
-    consistency_proof_from_leaves,
-    inclusion_proof_from_leaves,
-    leaf_hash,
-    root,
+from tracelock.core.entry import (
+    ADMIN_RUN,
+    REDACTION_KIND,
+    TERMINAL_KINDS,
+    Entry,
+    build_entry,
+    parse_entry,
 )
+from tracelock.core.merkle import leaf_hash
 from tracelock.errors import TracelockError
 from tracelock.storage.backend import NO_PAYLOAD, NewEntry, RedactedPayload, Repair, RunInfo
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
@@ -47,8 +51,11 @@ from tracelock.storage.errors import (
     StorePermissionError,
     StoreReadOnlyError,
 )
+from tracelock.storage.postgres.group_commit import CommitQueue, Request
 from tracelock.storage.postgres.location import redact_location, scrub
+from tracelock.storage.postgres.merkle import PostgresMerkle
 from tracelock.storage.postgres.schema import prepare_schema
+from tracelock.storage.queue_backend import AppendGuard
 from tracelock.storage.run_fold import fold_runs
 
 if TYPE_CHECKING:
@@ -62,6 +69,8 @@ _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
 
 _RUN_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
 _READ_BATCH = 4096
+# pg_advisory_lock key of the checkpoint signers: "tlchkpts" as an integer.
+_CHECKPOINT_LOCK = int.from_bytes(b"tlchkpts", "big") - (1 << 63)
 
 
 def _driver() -> tuple[Any, Any]:
@@ -85,6 +94,15 @@ def _configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 async def _ready(value: _T) -> _T:
     return value
+
+
+class _ConnectionLost(StoreConnectionError):
+    """A read's pooled connection died under it (same code: the caller sees a connection
+    failure if the retry fails too)."""
+
+
+#: A run the store has no row for (its first entry gets ``i`` 0).
+_FRESH: Any = ("fresh",)
 
 
 def _ended(run: str) -> StoreError:
@@ -117,6 +135,15 @@ class PostgresStore:
         self._closed = False
         self._failed: StoreError | None = None
         self._state_lock = threading.Lock()
+        self._queue = CommitQueue(self._commit_batch)
+        # What this handle's last append transaction left (used by its commit leader only):
+        # the next seq, and the heads of the runs it read or wrote then (see _write).
+        self._tip: int | None = None
+        self._heads: dict[str, tuple[int, str] | None] = {}
+        self._speculate = False
+        #: Called inside each append transaction for the runs this handle appends to under
+        #: a queue lease (tracelock.storage.queue_backend): refuses a lost lease's appends.
+        self.append_guard: AppendGuard | None = None
         psycopg, pool_module = _driver()
         self._psycopg = psycopg
         options: dict[str, Any] = {"autocommit": True}
@@ -188,11 +215,16 @@ class PostgresStore:
             raise
         except psycopg.Error as exc:
             error = self._translate(exc, doing)
-            if writing and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-                # The commit's outcome is unknown: never retried, and the handle is done.
-                failure = DurabilityError(error.message, details=error.details)
-                self._failed = failure
-                raise failure from None
+            if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+                if writing:
+                    # The commit's outcome is unknown: never retried, and the handle is done.
+                    failure = DurabilityError(error.message, details=error.details)
+                    self._failed = failure
+                    raise failure from None
+                # A lost connection (a server restart): the pool replaces its dead
+                # connections, and a read is tried once more (_one, _all).
+                self._refresh_pool()
+                raise _ConnectionLost(error.message, details=error.details) from None
             raise error from None
         except Exception as exc:
             if type(exc).__name__ == "PoolTimeout":
@@ -207,7 +239,7 @@ class PostgresStore:
         if self._read_only:
             raise StoreReadOnlyError(f"the store at {self._shown} is open read-only")
 
-    # -- writing -----------------------------------------------------------------------
+    # -- writing: group commit (tracelock.storage.postgres.group_commit) ---------------
     def append(
         self,
         run: str,
@@ -218,10 +250,17 @@ class PostgresStore:
         durable: bool = True,
         new_run: bool = False,
     ) -> Entry:
-        return self._append(((run, kind, payload, meta, new_run),))[0]
+        """Returns once the transaction holding the entry has committed (``durable=False``
+        too: an entry's ``seq`` exists only in a committed transaction)."""
+        entries: list[Entry] = self._queue.submit(self._request(((run, kind, payload, meta, new_run),)), self._clock)
+        return entries[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
-        return self._append(items)
+        request = self._request(items)
+        if not items:
+            return []
+        entries: list[Entry] = self._queue.submit(request, self._clock)
+        return entries
 
     def append_async(
         self,
@@ -232,18 +271,37 @@ class PostgresStore:
         meta: dict[str, Any] | None = None,
         new_run: bool = False,
     ) -> Awaitable[Entry]:
-        """The entry is committed when this is called, in call order like the directory
-        store; the awaitable returns it. The commit blocks the event loop in this version."""
-        return _ready(self._append(((run, kind, payload, meta, new_run),))[0])
+        """Queued when called (one handle's appends commit in call order); the awaitable
+        resolves once the transaction holding the entry has committed. The event loop keeps
+        running meanwhile (the commit runs on the handle's commit thread, shared with the
+        appends queued with it). An invalid item fails the awaitable, not the call."""
+        request = self._request(((run, kind, payload, meta, new_run),))
+        future: Awaitable[Entry] = self._queue.submit_async(request, self._clock, single=True)
+        return future
 
     def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
-        return _ready(self._append(items))
-
-    def _append(self, items: Sequence[_Item]) -> list[Entry]:
-        """Append ``items`` in one transaction: all of them or none."""
-        self._writer_check()
+        """:meth:`append_many` for a coroutine, like :meth:`append_async`."""
+        request = self._request(items)
         if not items:
-            return []
+            return _ready([])
+        future: Awaitable[list[Entry]] = self._queue.submit_async(request, self._clock, single=False)
+        return future
+
+    @property
+    def transactions(self) -> int:
+        """How many append transactions this handle has run (several appends share one when
+        they are queued together)."""
+        return self._queue.transactions
+
+    @property
+    def append_calls(self) -> int:
+        """How many append calls (each an ``append*`` call) this handle has queued."""
+        return self._queue.appends
+
+    def _request(self, items: Sequence[_Item]) -> Request:
+        """An append call's request, with its payloads canonicalized and hashed here, in
+        the caller's thread, before it queues."""
+        self._writer_check()
         sha256 = hashlib.sha256
         prepared: list[tuple[bytes, bytes] | None] = []
         for _, _, payload, _, _ in items:
@@ -254,95 +312,312 @@ class PostgresStore:
             else:
                 data = dumps(payload)
                 prepared.append((data, sha256(data).digest()))
-        ts = self._clock()
-        with self._connection("cannot append to", writing=True) as conn, conn.transaction(), conn.cursor() as cur:
-            row = cur.execute("SELECT next_seq FROM tracelock_head WHERE id = 1 FOR UPDATE").fetchone()
-            seq = int(row[0])
-            names = list(dict.fromkeys(item[0] for item in items))
-            cur.execute(
-                "SELECT run, entries, last_hash, closed FROM tracelock_runs WHERE run = ANY(%s)", (names,)
+        return Request(items, prepared)
+
+    def _commit_batch(self, batch: list[Request]) -> None:
+        """Append the requests of ``batch`` in one transaction, each all or nothing.
+
+        Two round trips: (1) ``BEGIN``, the head row locked ``FOR UPDATE`` and the heads of
+        the batch's runs; the entries are then built here; (2) the inserts, the run rows,
+        ``next_seq`` and ``COMMIT``. One round trip when nobody else appended since this
+        handle's last commit (one writer, a quiet store): the entries are built on the heads
+        that commit left and sent with the lock in one query (one implicit transaction); if
+        another writer got in between, its entry holds that ``seq`` (or that run's next
+        ``i``), the unique keys refuse the insert, nothing commits, and the two round trips
+        follow. An invalid item fails its own request only.
+
+        A connection lost in (1) (a server restart left the pool's connections dead) is
+        retried once on a fresh connection: nothing was sent that could commit. A connection
+        lost once ``COMMIT`` was sent leaves the commit in doubt: every request of the batch
+        fails with ``STORE_DURABILITY_FAILED``, never retried, and the handle accepts no
+        more work.
+        """
+        self._check_open()
+        psycopg = self._psycopg
+        names = list(dict.fromkeys(item[0] for request in batch for item in request.items))
+        for attempt in (1, 2):
+            committing = [False]
+            try:
+                with self._pool.connection() as conn:
+                    try:
+                        self._transact(conn, batch, names, committing)
+                    except BaseException:
+                        self._forget()
+                        if not conn.broken:
+                            with suppress(psycopg.Error):
+                                conn.rollback()
+                        raise
+                return
+            except psycopg.Error as exc:
+                lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+                error = self._translate(exc, "cannot append to")
+                if lost and committing[0]:
+                    failure = DurabilityError(
+                        f"the outcome of a commit is unknown (the connection was lost during it), "
+                        f"so it is never retried and this handle accepts no more work: {error.message}",
+                        details=error.details,
+                    )
+                    self._failed = failure
+                    raise failure from None
+                if lost:
+                    self._refresh_pool()
+                    if attempt == 1:
+                        continue
+                raise error from None
+            except Exception as exc:
+                if type(exc).__name__ == "PoolTimeout":
+                    raise StoreConnectionError(
+                        f"cannot append to {self._shown}: no connection available: {scrub(str(exc), self._url)}",
+                        details={"store": self._shown},
+                    ) from None
+                raise
+
+    def _refresh_pool(self) -> None:
+        """Replace the pool's dead connections (after a server restart), so that the next
+        call gets a live one; a server that is still down is reported by that call."""
+        with suppress(Exception):  # the next connection attempt reports the real error
+            self._pool.check()
+
+    def _transact(self, conn: Any, batch: list[Request], names: list[str], committing: list[bool]) -> None:
+        # A client-side cursor sends each step as one simple query (the parameters bound
+        # by the driver's own quoting): one round trip each. In READ COMMITTED each
+        # statement reads a snapshot taken when it starts, so the runs' heads are read
+        # after the head row lock was granted.
+        cur = self._psycopg.ClientCursor(conn)
+        tip = self._tip
+        if tip is not None and self._can_speculate(batch) and self._attempt(
+            conn, cur, batch, tip, self._heads, committing
+        ):
+            return
+        # Lock first, then read the heads (after the lock was granted), build, write and
+        # commit: this always succeeds.
+        cur.execute(
+            "BEGIN; SELECT next_seq FROM tracelock_head WHERE id = 1 FOR UPDATE; "
+            "SELECT run, entries, last_hash, closed FROM tracelock_runs WHERE run = ANY(%s)",
+            (names,),
+        )
+        cur.nextset()
+        seq, known = self._observe(cur)
+        self._fence(cur, batch, names)
+        self._write(cur, batch, seq, known, committing, locked=True)
+
+    def _fence(self, cur: Any, batch: list[Request], names: list[str]) -> None:
+        """Refuse (in this transaction, after the head row lock) the requests of runs this
+        handle appends to under a queue lease it has lost (``append_guard``)."""
+        guard = self.append_guard
+        if guard is None or not guard.guards(names):
+            return
+        refused = guard.refused(cur, names)
+        for request in batch:
+            if request.error is None and any(item[0] in refused for item in request.items):
+                request.error = next(refused[item[0]] for item in request.items if item[0] in refused)
+
+    def _observe(self, cur: Any) -> tuple[int, dict[str, tuple[int, str] | None]]:
+        """The head's ``next_seq`` and the batch's runs' heads from the current and next
+        result of ``cur``; remembered, and whether anyone appended since this handle's last
+        commit decides whether its next batch may build on what it knows."""
+        row = cur.fetchone()
+        cur.nextset()
+        known: dict[str, tuple[int, str] | None] = {
+            str(name): None if closed else (int(count) - 1, str(last))
+            for name, count, last, closed in cur.fetchall()
+        }
+        seq = int(row[0])
+        alone = self._tip == seq
+        if not alone:
+            self._heads = {}
+        self._heads.update(known)
+        self._tip = seq
+        self._speculate = alone
+        return seq, known
+
+    def _attempt(
+        self,
+        conn: Any,
+        cur: Any,
+        batch: list[Request],
+        seq: int,
+        known: dict[str, tuple[int, str] | None],
+        committing: list[bool],
+    ) -> bool:
+        """:meth:`_write` on heads known without holding the lock; False (nothing
+        committed) if another writer appended since."""
+        try:
+            self._write(cur, batch, seq, known, committing, locked=False)
+        except self._psycopg.errors.UniqueViolation:
+            # Another writer's entry holds that seq (or that run's next i): the error
+            # rolled the implicit transaction back.
+            conn.rollback()
+            committing[0] = False
+            self._forget()
+            return False
+        return True
+
+    def _can_speculate(self, batch: list[Request]) -> bool:
+        """Whether this batch may be sent in one round trip, built on the heads this handle
+        knows: its last transaction saw nobody else append, and it knows the head of every
+        run the batch appends to (or the item starts a new run)."""
+        if not self._speculate or self._tip is None:
+            return False
+        guard = self.append_guard
+        if guard is not None and guard.guards(item[0] for request in batch for item in request.items):
+            return False  # a leased run's appends are checked after the head row lock
+        heads = self._heads
+        return all(
+            item[0] in heads or item[4] for request in batch if request.error is None for item in request.items
+        )
+
+    def _forget(self) -> None:
+        self._speculate = False
+        self._tip = None
+        self._heads = {}
+
+    def _write(
+        self,
+        cur: Any,
+        batch: list[Request],
+        seq: int,
+        known: dict[str, tuple[int, str] | None],
+        committing: list[bool],
+        *,
+        locked: bool,
+    ) -> None:
+        """Build the batch's entries from ``seq`` on and send them with ``COMMIT``.
+
+        ``locked``: the transaction is open and holds the head row lock. Otherwise the lock
+        is taken in the same round trip (one implicit transaction), and the heads are what
+        this handle's last commit left: if anyone appended since, the entry with that
+        ``seq`` (or that run's next ``i``) exists, the insert fails with a unique violation
+        and nothing is committed.
+        """
+        touched: dict[str, tuple[int, str] | None] = {}
+        payload_rows: dict[bytes, bytes] = {}
+        entry_rows: list[tuple[int, str, int, bytes, bytes]] = []
+        built: list[Entry] = []
+        results: list[tuple[Request, list[Entry]]] = []
+        for request in batch:
+            if request.error is not None:
+                continue
+            try:
+                out, rows, own_touched, own_payloads = self._build(request, seq, known, touched)
+            except TracelockError as exc:  # an invalid item: this call fails, the others go on
+                request.error = exc
+                continue
+            seq += len(out)
+            touched.update(own_touched)
+            for digest, data in own_payloads.items():
+                payload_rows.setdefault(digest, data)
+            entry_rows += rows
+            built += out
+            results.append((request, out))
+        if not built:
+            if locked:
+                cur.execute(b"ROLLBACK")
+            return
+        statements: list[str] = []
+        args: list[Any] = []
+        if not locked:
+            # No BEGIN: the statements of one simple query run as one implicit transaction,
+            # committed when the last one succeeds and rolled back (the lock released) as
+            # soon as one fails, without another round trip.
+            statements.append("SELECT next_seq FROM tracelock_head WHERE id = 1 FOR UPDATE")
+        if payload_rows:
+            # Empty data (never canonical JSON) is a redacted payload: stored erased.
+            statements.append(
+                "INSERT INTO tracelock_payloads (hash, data, redacted) VALUES "
+                + ", ".join(["(%s, %s, %s)"] * len(payload_rows))
+                + " ON CONFLICT (hash) DO NOTHING"
             )
-            known: dict[str, tuple[int, str] | None] = {
-                str(name): None if closed else (int(count) - 1, str(last))
-                for name, count, last, closed in cur.fetchall()
-            }
-            touched: dict[str, tuple[int, str] | None] = {}
-            payload_rows: dict[bytes, bytes] = {}
-            entry_rows: list[tuple[int, str, int, bytes, bytes]] = []
-            out: list[Entry] = []
-            for (run, kind, _, meta, new_run), stored in zip(items, prepared, strict=True):
-                payload_hex = None
-                if stored is not None:
-                    data, digest = stored
-                    payload_hex = digest.hex()
-                    payload_rows.setdefault(digest, data)
-                if new_run:
-                    if run in touched or run in known:
-                        raise StoreError(f"run {run!r} already exists", details={"run": run})
-                    head = None
-                elif run in touched:
-                    head = touched[run]
-                    if head is None:
-                        raise _ended(run)
-                elif run in known:
-                    head = known[run]
-                    if head is None:
-                        raise _ended(run)
-                else:
-                    head = None
-                if head is None:
-                    entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
-                else:
-                    entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
-                entry_rows.append((seq, run, entry.i, entry.line, leaf_hash(entry.line)))
-                touched[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
-                out.append(entry)
-                seq += 1
-            if payload_rows:
-                # Empty data (never canonical JSON) is a redacted payload: stored erased.
-                cur.executemany(
-                    "INSERT INTO tracelock_payloads (hash, data, redacted) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (hash) DO NOTHING",
-                    [(digest, data or None, not data) for digest, data in payload_rows.items()],
-                )
-            cur.executemany(
-                "INSERT INTO tracelock_entries (seq, run, i, line, leaf) VALUES (%s, %s, %s, %s, %s)",
-                entry_rows,
-            )
-            self._update_runs(cur, out, set(known))
-            cur.execute("UPDATE tracelock_head SET next_seq = %s WHERE id = 1", (seq,))
-        return out
+            for digest, data in payload_rows.items():
+                args += (digest, data or None, not data)
+        statements.append(
+            "INSERT INTO tracelock_entries (seq, run, i, line, leaf) VALUES "
+            + ", ".join(["(%s, %s, %s, %s, %s)"] * len(entry_rows))
+        )
+        for entry_row in entry_rows:
+            args += entry_row
+        self._update_runs(statements, args, built, set(known))
+        statements.append("UPDATE tracelock_head SET next_seq = %s WHERE id = 1")
+        args.append(seq)
+        if locked:
+            statements.append("COMMIT")
+        committing[0] = True
+        cur.execute("; ".join(statements), args)
+        for request, out in results:
+            request.result = out
+        self._heads.update(touched)
+        self._tip = seq
 
     @staticmethod
-    def _update_runs(cur: Any, entries: list[Entry], known: set[str]) -> None:
-        """One row change per run of the batch (folded as the directory index folds it)."""
+    def _build(
+        request: Request,
+        seq: int,
+        known: dict[str, tuple[int, str] | None],
+        touched: dict[str, tuple[int, str] | None],
+    ) -> tuple[list[Entry], list[tuple[int, str, int, bytes, bytes]], dict[str, tuple[int, str] | None], dict[bytes, bytes]]:
+        """The entries of one request from ``seq`` on, given the runs' committed heads
+        (``known``) and the heads the batch's earlier requests left (``touched``). Raises
+        for an invalid item, with nothing of the request kept."""
+        ts = request.ts
+        own: dict[str, tuple[int, str] | None] = {}
+        payloads: dict[bytes, bytes] = {}
+        rows: list[tuple[int, str, int, bytes, bytes]] = []
+        out: list[Entry] = []
+        for (run, kind, _, meta, new_run), stored in zip(request.items, request.prepared, strict=True):
+            payload_hex = None
+            if stored is not None:
+                data, digest = stored
+                payload_hex = digest.hex()
+                payloads.setdefault(digest, data)
+            if new_run:
+                if run in own or run in touched or run in known:
+                    raise StoreError(f"run {run!r} already exists", details={"run": run})
+                head = None
+            else:
+                head = own[run] if run in own else touched[run] if run in touched else known.get(run, _FRESH)
+                if head is None:
+                    raise _ended(run)
+                if head is _FRESH:
+                    head = None
+            if head is None:
+                entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
+            else:
+                entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
+            rows.append((seq, run, entry.i, entry.line, leaf_hash(entry.line)))
+            own[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
+            out.append(entry)
+            seq += 1
+        return out, rows, own, payloads
+
+    @staticmethod
+    def _update_runs(statements: list[str], args: list[Any], entries: list[Entry], known: set[str]) -> None:
+        """One row change per run of the batch (folded as the directory index folds it),
+        added to the transaction's ``statements`` and their ``args``."""
         batch = fold_runs(entries)
-        inserts = []
-        updates = []
+        inserts: list[tuple[Any, ...]] = []
         for run, fold in batch.items():
             first, last = fold.first, fold.last
             closed = last.kind in TERMINAL_KINDS
             if run in known:
-                updates.append((fold.status, fold.agent, last.ts, last.seq, fold.count, last.hash, closed, run))
+                statements.append(
+                    "UPDATE tracelock_runs SET status = COALESCE(%s, status), agent = COALESCE(agent, %s), "
+                    "updated_ts = %s, last_seq = %s, entries = entries + %s, last_hash = %s, closed = %s "
+                    "WHERE run = %s"
+                )
+                args += (fold.status, fold.agent, last.ts, last.seq, fold.count, last.hash, closed, run)
             else:
                 inserts.append(
                     (run, fold.agent, fold.parent, fold.status or "created",
                      first.ts, last.ts, fold.count, first.seq, last.seq, last.hash, closed)
                 )
         if inserts:
-            cur.executemany(
+            statements.append(
                 "INSERT INTO tracelock_runs (run, agent, parent, status, started_ts, updated_ts, "
-                "entries, first_seq, last_seq, last_hash, closed) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                inserts,
+                "entries, first_seq, last_seq, last_hash, closed) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(inserts))
             )
-        if updates:
-            cur.executemany(
-                "UPDATE tracelock_runs SET status = COALESCE(%s, status), agent = COALESCE(agent, %s), "
-                "updated_ts = %s, last_seq = %s, entries = entries + %s, last_hash = %s, closed = %s "
-                "WHERE run = %s",
-                updates,
-            )
+            for insert in inserts:
+                args += insert
 
     def sync(self) -> None:
         """Nothing to do: every append returned after its transaction committed."""
@@ -368,14 +643,32 @@ class PostgresStore:
 
     # -- reading -----------------------------------------------------------------------
     def _one(self, query: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-        with self._connection("cannot read from") as conn:
-            row: tuple[Any, ...] | None = conn.execute(query.encode(), args).fetchone()
-            return row
+        for attempt in (1, 2):
+            try:
+                with self._connection("cannot read from") as conn:
+                    row: tuple[Any, ...] | None = conn.execute(query.encode(), args).fetchone()
+                    return row
+            except StoreConnectionError as exc:
+                if attempt == 2 or not self._lost(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def _all(self, query: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._connection("cannot read from") as conn:
-            rows: list[tuple[Any, ...]] = conn.execute(query.encode(), args).fetchall()
-            return rows
+        for attempt in (1, 2):
+            try:
+                with self._connection("cannot read from") as conn:
+                    rows: list[tuple[Any, ...]] = conn.execute(query.encode(), args).fetchall()
+                    return rows
+            except StoreConnectionError as exc:
+                if attempt == 2 or not self._lost(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _lost(exc: StoreConnectionError) -> bool:
+        """A pooled connection that died (a server restart): a read is retried once on a
+        fresh one. (Not a pool timeout: the server is down, and waiting again would not help.)"""
+        return isinstance(exc, _ConnectionLost)
 
     def size(self) -> int:
         row = self._one("SELECT next_seq FROM tracelock_head WHERE id = 1")
@@ -461,36 +754,183 @@ class PostgresStore:
     def get_payload(self, digest: str) -> Any:
         return orjson.loads(self.get_payload_bytes(digest))
 
-    # -- the Merkle tree: computed from the stored leaf hashes ---------------------------
-    def _leaves(self, size: int | None) -> list[bytes]:
-        current = self.size()
-        if size is None:
-            size = current
-        if not 0 <= size <= current:
-            raise ProofRequestError(
-                f"tree size {size} is not between 0 and the current size {current}",
-                details={"size": size, "current_size": current},
-            )
-        rows = self._all("SELECT leaf FROM tracelock_entries WHERE seq < %s ORDER BY seq", (size,))
-        return [bytes(leaf) for (leaf,) in rows]
+    # -- the Merkle tree: the node table (tracelock.storage.postgres.merkle) -------------
+    @cached_property
+    def _merkle(self) -> PostgresMerkle:
+        """Made on the first Merkle query (a store that is only appended to never needs it)."""
+        return PostgresMerkle(self)
 
     def tree_size(self) -> int:
         return self.size()
 
     def tree_root(self, size: int | None = None) -> bytes:
-        return root(self._leaves(size))
+        return self._merkle.root(size)
 
     def inclusion_proof(self, seq: int, size: int | None = None) -> list[bytes]:
-        return inclusion_proof_from_leaves(seq, self._leaves(size))
+        return self._merkle.inclusion_proof(seq, size)
 
     def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
-        leaves = self._leaves(size2)
-        if not 0 <= size1 <= len(leaves):
-            raise ProofRequestError(
-                f"tree size {size1} is not between 0 and {len(leaves)}",
-                details={"size": size1, "current_size": len(leaves)},
+        return self._merkle.consistency_proof(size1, size2)
+
+    def leaf_hashes(self, start: int, end: int) -> list[bytes]:
+        """The stored leaf hashes of entries ``start .. end-1``, in ``seq`` order."""
+        rows = self._all(
+            "SELECT leaf FROM tracelock_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (start, end)
+        )
+        if len(rows) != max(0, end - start):
+            raise JournalCorruptError(
+                f"{self._shown} lacks entries between seq {start} and {end}",
+                details={"start": start, "end": end, "found": len(rows)},
             )
-        return consistency_proof_from_leaves(size1, leaves)
+        return [bytes(leaf) for (leaf,) in rows]
+
+    def leaves_at(self, seqs: Sequence[int]) -> dict[int, bytes]:
+        """The stored leaf hashes of the entries numbered ``seqs``."""
+        rows = self._all("SELECT seq, leaf FROM tracelock_entries WHERE seq = ANY(%s)", (list(seqs),))
+        found = {int(seq): bytes(leaf) for seq, leaf in rows}
+        missing = [seq for seq in seqs if seq not in found]
+        if missing:
+            raise JournalCorruptError(
+                f"{self._shown} has no entry with seq {missing[0]}", details={"seq": missing[0]}
+            )
+        return found
+
+    def merkle_nodes(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        """The stored Merkle nodes among ``keys`` (level, index)."""
+        rows = self._all(
+            "SELECT n.level, n.idx, n.hash FROM tracelock_merkle_nodes n "
+            "JOIN unnest(%s::smallint[], %s::bigint[]) AS k(level, idx) "
+            "ON n.level = k.level AND n.idx = k.idx",
+            ([level for level, _ in keys], [index for _, index in keys]),
+        )
+        return {(int(level), int(index)): bytes(node) for level, index, node in rows}
+
+    def merkle_node_counts(self) -> dict[int, int]:
+        """Per stored level, one past the highest node index stored."""
+        rows = self._all("SELECT level, max(idx) + 1 FROM tracelock_merkle_nodes GROUP BY level")
+        return {int(level): int(count) for level, count in rows}
+
+    def merkle_node_range(self, level: int, start: int, end: int) -> dict[int, bytes]:
+        """The stored nodes ``start .. end-1`` of ``level``, by index."""
+        rows = self._all(
+            "SELECT idx, hash FROM tracelock_merkle_nodes WHERE level = %s AND idx >= %s AND idx < %s",
+            (level, start, end),
+        )
+        return {int(index): bytes(node) for index, node in rows}
+
+    def save_merkle_nodes(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
+        """Insert computed Merkle nodes (level, index, hash) in one transaction; rows another
+        handle stored already are kept."""
+        with self._connection("cannot store Merkle nodes in") as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO tracelock_merkle_nodes (level, idx, hash) VALUES (%s, %s, %s) "
+                "ON CONFLICT (level, idx) DO NOTHING",
+                list(rows),
+            )
+
+    # -- signed checkpoints (tracelock.evidence.history keeps the history here) --------
+    @contextmanager
+    def checkpoint_lock(self) -> Iterator[None]:
+        """Serialize the signers of this store's checkpoints (any process, any machine): a
+        session advisory lock, held on a connection of its own (a signer reads through the
+        pool meanwhile, which may have a single connection)."""
+        self._check_open()
+        psycopg = self._psycopg
+        options: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in self._url:
+            options["connect_timeout"] = 10
+        conn = None
+        try:
+            conn = psycopg.connect(self._url, **options)
+            conn.execute("SELECT pg_advisory_lock(%s)", (_CHECKPOINT_LOCK,))
+        except psycopg.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise self._translate(exc, "cannot lock the checkpoints of") from None
+        try:
+            yield
+        finally:
+            conn.close()  # ends the session, and with it the lock
+
+    def checkpoint_numbers(self) -> list[int]:
+        return [int(number) for (number,) in self._all("SELECT number FROM tracelock_checkpoints ORDER BY number")]
+
+    def checkpoint_record(self, number: int) -> tuple[bytes, bytes | None, str] | None:
+        """Checkpoint ``number``'s note, its consistency record and its signers' keys
+        (canonical JSON list), or None."""
+        row = self._one(
+            "SELECT note, consistency, vkeys FROM tracelock_checkpoints WHERE number = %s", (number,)
+        )
+        if row is None:
+            return None
+        return bytes(row[0]), None if row[1] is None else bytes(row[1]), str(row[2])
+
+    def add_checkpoint(self, number: int, note: bytes, consistency: bytes | None, vkeys: str) -> None:
+        """Store checkpoint ``number`` (committed when this returns)."""
+        with self._connection("cannot store a checkpoint in") as conn, conn.transaction():
+            conn.execute(
+                "INSERT INTO tracelock_checkpoints (number, note, consistency, vkeys) VALUES (%s, %s, %s, %s)",
+                (number, note, consistency, vkeys),
+            )
+
+    # -- the raw rows, for verification (tracelock.storage.postgres.verify) ------------
+    def entry_rows(self, start: int, end: int) -> list[tuple[int, str, int, bytes, bytes]]:
+        """(seq, run, i, line, leaf) of the rows with ``start <= seq < end``, by seq."""
+        rows = self._all(
+            "SELECT seq, run, i, line, leaf FROM tracelock_entries WHERE seq >= %s AND seq < %s ORDER BY seq",
+            (start, end),
+        )
+        return [(int(seq), str(run), int(i), bytes(line), bytes(leaf)) for seq, run, i, line, leaf in rows]
+
+    def entry_row_count(self) -> tuple[int, int, int]:
+        """How many entry rows there are, one past the highest ``seq``, and the head's
+        ``next_seq`` (one snapshot)."""
+        row = self._one(
+            "SELECT count(*), coalesce(max(seq) + 1, 0), (SELECT next_seq FROM tracelock_head WHERE id = 1) "
+            "FROM tracelock_entries"
+        )
+        return (0, 0, 0) if row is None else (int(row[0]), int(row[1]), int(row[2] or 0))
+
+    def run_row_count(self, before: int) -> int:
+        """How many runs start before entry ``before``."""
+        row = self._one("SELECT count(*) FROM tracelock_runs WHERE first_seq < %s", (before,))
+        return 0 if row is None else int(row[0])
+
+    def redaction_targets(self, start: int) -> set[str]:
+        """The payloads named by ``payload.redact`` entries from ``start`` on."""
+        rows = self._all(
+            "SELECT seq, line FROM tracelock_entries WHERE run = %s AND seq >= %s ORDER BY seq", (ADMIN_RUN, start)
+        )
+        targets: set[str] = set()
+        for seq, line in rows:
+            entry = self._parse(seq, line)
+            target = (entry.meta or {}).get("payload")
+            if entry.kind == REDACTION_KIND and isinstance(target, str):
+                targets.add(target)
+        return targets
+
+    def payload_rows(self, after: bytes, limit: int) -> list[tuple[bytes, bytes | None, bool]]:
+        """(hash, data, redacted) of up to ``limit`` payload rows with a hash after ``after``."""
+        rows = self._all(
+            "SELECT hash, data, redacted FROM tracelock_payloads WHERE hash > %s ORDER BY hash LIMIT %s",
+            (after, limit),
+        )
+        return [(bytes(h), None if data is None else bytes(data), bool(red)) for h, data, red in rows]
+
+    def payload_states(self, digests: Sequence[str]) -> dict[str, str]:
+        """``present`` or ``redacted`` for each of ``digests`` that is stored."""
+        rows = self._all(
+            "SELECT hash, redacted FROM tracelock_payloads WHERE hash = ANY(%s)",
+            ([bytes.fromhex(d) for d in digests],),
+        )
+        return {bytes(h).hex(): "redacted" if red else "present" for h, red in rows}
+
+    def run_rows(self, runs: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The rows of ``runs``: run, agent, parent, status, started_ts, updated_ts,
+        entries, first_seq, last_seq, last_hash, closed."""
+        return self._all(
+            f"SELECT {_RUN_COLUMNS}, last_hash, closed FROM tracelock_runs WHERE run = ANY(%s)", (list(runs),)
+        )
 
     # -- properties and closing ----------------------------------------------------------
     @property
@@ -507,6 +947,12 @@ class PostgresStore:
         return []
 
     def close(self) -> None:
+        """Commit the appends still queued (coroutines' appends not awaited yet), then
+        close the connections."""
+        with self._state_lock:
+            if self._closed:
+                return
+        self._queue.close()
         with self._state_lock:
             if self._closed:
                 return

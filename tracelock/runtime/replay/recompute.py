@@ -1,0 +1,159 @@
+"""Recomputing a recorded run's fingerprint from its stored entries (docs/spec.md 5.4),
+as bundle verification does offline: ``tracelock verify RUN`` on the local store.
+
+Where a field redaction replaced a member by its marker, the marker's hash stands for
+``H(member)``; where a payload the projection needs is wholly redacted (or a marker sits
+where the projection needs the value itself), the fingerprint is reported as not
+recomputable (``redacted``), which is not a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tracelock.core.canonical import CanonicalError
+from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
+from tracelock.runtime.records import _redaction_copy, merge_effect
+from tracelock.storage.backend import Store
+from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
+
+__all__ = ["FingerprintCheck", "recompute_fingerprint"]
+
+_KINDS = frozenset({"run.start", "effect", "effect.intent", "effect.result", "route", "run.end"})
+
+
+@dataclass
+class FingerprintCheck:
+    """``status``: ``match``, ``mismatch``, ``redacted`` (not recomputable) or
+    ``not_ended``."""
+
+    run: str
+    status: str
+    recorded: str | None
+    recomputed: str | None
+    detail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "mismatch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "status": self.status,
+            "recorded": self.recorded,
+            "recomputed": self.recomputed,
+            "detail": self.detail,
+        }
+
+
+class _Hidden:
+    """A redacted member: only the hash of its value is known (not JSON: a projection that
+    needs the value itself cannot be serialized)."""
+
+    __slots__ = ("hash",)
+
+    def __init__(self, digest: str) -> None:
+        self.hash = digest
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _digest(value: Any) -> str:
+    if isinstance(value, _Hidden):
+        return value.hash
+    try:
+        return value_hash(value)
+    except CanonicalError:
+        raise _Unavailable("a redacted value is needed whole") from None
+
+
+def _is_marker(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and value.get("__tracelock__") == "redacted"
+        and isinstance(value.get("hash"), str)
+        and len(value) == 2
+    )
+
+
+def _document(store: Store, digest: str) -> dict[str, Any]:
+    try:
+        doc = store.get_payload(digest)
+    except PayloadRedactedError:
+        copy = _redaction_copy(store, digest)
+        if copy is None:
+            raise _Unavailable(f"payload {digest} is wholly redacted") from None
+        return {key: _Hidden(value["hash"]) if _is_marker(value) else value for key, value in copy.items()}
+    except PayloadMissingError:
+        raise _Unavailable(f"payload {digest} is missing") from None
+    if not isinstance(doc, dict):
+        raise _Unavailable(f"payload {digest} is not a JSON object")
+    return doc
+
+
+def recompute_fingerprint(store: Store, run_id: str) -> FingerprintCheck:
+    """Recompute run ``run_id``'s fingerprint from its entries and compare it with the one
+    its ``run.end`` records."""
+    entries = store.entries(run_id)
+    start: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    effects: dict[Any, dict[str, Any]] = {}
+    pending: dict[Any, dict[str, Any]] = {}
+    routing: list[Any] = []
+    recorded: str | None = None
+    try:
+        for entry in entries:
+            if entry.kind not in _KINDS or entry.payload is None:
+                continue
+            if entry.kind == "run.end":
+                try:
+                    end_doc = store.get_payload(entry.payload)
+                except (PayloadRedactedError, PayloadMissingError):
+                    copy = _redaction_copy(store, entry.payload)
+                    end_doc = copy
+                found = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
+                recorded = found if isinstance(found, str) else None
+            doc = _document(store, entry.payload)
+            if entry.kind == "run.start":
+                start = doc
+            elif entry.kind == "effect":
+                effects[doc["step"]] = doc
+            elif entry.kind == "effect.intent":
+                pending[doc["step"]] = doc
+            elif entry.kind == "effect.result":
+                effects[doc["step"]] = merge_effect(pending.pop(doc["step"], {"step": doc["step"]}), doc)
+            elif entry.kind == "route":
+                routing.append(doc)
+            else:
+                end = doc
+        if end is None or start is None:
+            return FingerprintCheck(run_id, "not_ended", recorded, None, "the run has not ended")
+        projection = run_projection(
+            agent=start["agent"],
+            input=start.get("input"),
+            policy_hash=start.get("policy"),
+            effects=[effects[step] for step in sorted(effects)],
+            routing=routing,
+            output=end.get("output"),
+            outcome=end["outcome"],
+            code=end.get("code"),
+            digest=_digest,
+        )
+        try:
+            recomputed = fingerprint(projection)
+        except CanonicalError:
+            raise _Unavailable("a redacted member is part of the projection itself") from None
+    except _Unavailable as exc:
+        return FingerprintCheck(run_id, "redacted", recorded, None, f"not recomputable: {exc}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        return FingerprintCheck(
+            run_id, "mismatch", recorded, None, f"the run's payloads lack the members a fingerprint needs ({exc!r})"
+        )
+    if recorded is None:
+        return FingerprintCheck(run_id, "redacted", None, recomputed, "the run.end payload is redacted")
+    status = "match" if recomputed == recorded else "mismatch"
+    return FingerprintCheck(run_id, status, recorded, recomputed)

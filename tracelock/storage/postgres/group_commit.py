@@ -1,0 +1,209 @@
+"""Group commit for one PostgreSQL store handle: concurrent appends share transactions.
+
+A commit costs a round trip and a WAL flush, and the store-wide head row lock is held until
+that flush ends, so commits of one store are serial. Sharing them is therefore the only way
+a handle's appends get faster than one commit each: every append (from any thread, or a
+coroutine's ``append_async``) becomes a :class:`Request` in one queue, and one caller at a
+time, the leader, commits everything queued so far in one transaction, then wakes the
+callers it covered. Appends that arrive during a commit ride on the next one. Nobody waits
+on a timer.
+
+Coroutines never block their event loop: their requests are led by a worker thread (one
+per handle, started on first use) and their futures are resolved on their loop with
+``call_soon_threadsafe``. Within one handle, requests are committed in the order they were
+queued, so call order is ``seq`` order.
+
+The queue knows nothing about SQL: the store passes the function that commits a batch
+(:meth:`tracelock.storage.postgres.store.PostgresStore._commit_batch`), which sets each
+request's ``result`` or ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from typing import Any
+
+__all__ = ["CommitQueue", "Request"]
+
+#: An upper bound on the items of one transaction, so that one batch stays a bounded
+#: amount of work however many callers pile up behind a slow commit.
+MAX_BATCH_ITEMS = 2048
+
+
+class Request:
+    """One append call: its items (run, kind, payload, meta, new_run), their prepared
+    payload bytes, its timestamp, and once committed its entries or its error."""
+
+    __slots__ = ("done", "error", "future", "items", "loop", "prepared", "result", "single", "ts")
+
+    def __init__(self, items: Sequence[Any], prepared: list[Any], ts: int = 0) -> None:
+        self.items = items
+        self.prepared = prepared
+        self.ts = ts
+        self.result: list[Any] | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.future: asyncio.Future[Any] | None = None
+        self.single = False
+
+    def outcome(self) -> list[Any]:
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def _settle_future(future: asyncio.Future[Any], request: Request) -> None:
+    if future.done():  # cancelled by its task: the entries are committed all the same
+        return
+    if request.error is not None:
+        future.set_exception(request.error)
+    else:
+        assert request.result is not None
+        future.set_result(request.result[0] if request.single else request.result)
+
+
+class CommitQueue:
+    """The queue and its leader election (see the module docstring).
+
+    ``commit(batch)`` must set ``result`` or ``error`` on every request of ``batch``; what
+    it raises is given to every request of the batch it did not settle. ``transactions``
+    and ``appends`` count the batches and the requests: their ratio shows how many appends
+    shared each transaction.
+    """
+
+    def __init__(self, commit: Callable[[list[Request]], None], *, name: str = "tracelock-pg-commit") -> None:
+        self._commit = commit
+        self._name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[Request] = []
+        self._leading = False
+        self._executor: ThreadPoolExecutor | None = None
+        self.transactions = 0
+        self.appends = 0
+
+    # -- entry points ------------------------------------------------------------------
+    def submit(self, request: Request, clock: Callable[[], int]) -> list[Any]:
+        """Queue ``request`` and return its entries once the transaction holding them has
+        committed. ``clock`` sets the request's timestamp under the queue's lock, so that
+        timestamps never go backwards along the queue (as ``seq`` does not)."""
+        with self._cond:
+            request.ts = clock()
+            self._queue.append(request)
+            self.appends += 1
+            while not request.done and self._leading:
+                self._cond.wait()
+            if request.done:
+                return request.outcome()
+            self._leading = True
+        self._lead(until=request)
+        return request.outcome()
+
+    def submit_async(
+        self, request: Request, clock: Callable[[], int], *, single: bool
+    ) -> asyncio.Future[Any]:
+        """Queue ``request`` for a coroutine of the running loop: the returned future
+        resolves (on that loop) once it is committed; the loop is never blocked by the
+        commit. ``single``: the future's value is the one entry, not the list."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        request.loop = loop
+        request.future = future
+        request.single = single
+        with self._cond:
+            request.ts = clock()
+            self._queue.append(request)
+            self.appends += 1
+            start = not self._leading
+            if start:
+                self._leading = True
+        if start:
+            self._worker().submit(self._lead, None)
+        return future
+
+    def close(self) -> None:
+        """Commit what is queued (waiting for a commit under way), then stop the worker."""
+        with self._cond:
+            while self._leading:
+                self._cond.wait()
+            lead = bool(self._queue)
+            if lead:
+                self._leading = True
+        if lead:
+            self._lead(until=None, handing_over=False)
+        with self._cond:
+            while self._leading:
+                self._cond.wait()
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    # -- the leader --------------------------------------------------------------------
+    def _worker(self) -> ThreadPoolExecutor:
+        with self._cond:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+            return self._executor
+
+    def _take(self) -> list[Request]:
+        """The requests of the next transaction, oldest first (called under the lock)."""
+        count = 0
+        taken = 0
+        for request in self._queue:
+            if taken and count + len(request.items) > MAX_BATCH_ITEMS:
+                break
+            count += len(request.items)
+            taken += 1
+        batch = self._queue[:taken]
+        del self._queue[:taken]
+        return batch
+
+    def _lead(self, until: Request | None, handing_over: bool = True) -> None:
+        """Commit batches while leading. A thread leader (``until`` set) leads until its
+        own request is done, then hands the lead to a waiting thread, or to the worker when
+        only coroutines' requests are left; the worker (``until`` None) leads until the
+        queue is empty or a thread is waiting to take over."""
+        while True:
+            with self._cond:
+                batch = self._take()
+            if batch:
+                self._run(batch)
+            with self._cond:
+                finished = until is None or until.done
+                # A thread's request still queued means that thread waits to lead.
+                thread_waits = any(request.future is None for request in self._queue)
+                if not self._queue or (finished and thread_waits and handing_over):
+                    self._leading = False
+                    self._cond.notify_all()
+                    return
+                if not finished or until is None:
+                    continue
+            # A thread whose request is done, and only coroutines' requests are left.
+            self._worker().submit(self._lead, None)
+            return
+
+    def _run(self, batch: list[Request]) -> None:
+        self.transactions += 1
+        try:
+            self._commit(batch)
+        except BaseException as exc:
+            for request in batch:
+                if request.result is None and request.error is None:
+                    request.error = exc
+        for request in batch:
+            if request.error is None and request.result is None:
+                request.error = RuntimeError("the commit settled no outcome for this append")
+        with self._cond:
+            for request in batch:
+                request.done = True
+            self._cond.notify_all()
+        for request in batch:
+            future, loop = request.future, request.loop
+            if future is not None and loop is not None:
+                with suppress(RuntimeError):  # a closed loop: nobody awaits the future any more
+                    loop.call_soon_threadsafe(_settle_future, future, request)

@@ -1,0 +1,203 @@
+"""The run queue's storage contract, and the fencing hook the stores call on every append.
+
+A queued run is a row: its run id, queue, agent, input and state (``queued``, ``leased``,
+``waiting`` for a human, ``done``, or ``error`` when no worker can run it). A worker that
+takes a run holds a **lease**: a row (run, worker, token, expires) whose ``token`` is drawn
+from a store-wide counter each time the lease changes hands. The lease is renewed by a
+heartbeat; once it has expired, another worker may take the run over, which draws a new
+token.
+
+**Fencing.** A worker registers each run it holds with its store handle's
+:class:`AppendGuard` (``store.append_guard``). The store calls the guard inside every
+append of such a run, where the append is atomic (inside the PostgreSQL transaction, after
+its head row lock; under the directory store's writer lock): if the lease row no longer
+carries the worker's token, the append is refused with :class:`LeaseLostError` and nothing
+of it is written. Taking a lease over is ordered with those checks (a row lock on
+PostgreSQL, the writer lock on the directory store), so once a worker has taken a run over
+and read its journal, no entry of the previous holder can appear behind its back.
+
+The backends: :mod:`tracelock.storage.postgres.queue` (``FOR UPDATE SKIP LOCKED``, woken by
+``LISTEN/NOTIFY``) and :mod:`tracelock.storage.queue_dir` (SQLite beside the journal).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from tracelock.errors import StoreError
+
+__all__ = [
+    "QUEUE_STATES",
+    "AppendGuard",
+    "Claim",
+    "FenceBook",
+    "LeaseLostError",
+    "QueueBackend",
+    "QueueError",
+    "QueueItem",
+]
+
+QUEUE_STATES = ("queued", "leased", "waiting", "done", "error")
+
+
+class QueueError(StoreError):
+    """The run queue's storage failed or was asked something impossible."""
+
+    code = "QUEUE_ERROR"
+
+
+class LeaseLostError(StoreError):
+    """An append of a leased run was refused: this worker's lease on the run was taken
+    over (it expired while the worker was paused or cut off) or handed back. Nothing of
+    the append was written; the run belongs to another worker now."""
+
+    code = "QUEUE_LEASE_LOST"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """A queued run as the queue knows it."""
+
+    run: str
+    queue: str
+    agent: str
+    input: bytes
+    state: str
+    attempts: int
+    enqueued_ms: int
+    idempotency_key: str | None = None
+    #: The run's status when it left the worker (``completed``, ``awaiting_approval``...)
+    #: or, in state ``error``, why no worker could run it.
+    note: str | None = None
+    worker: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "queue": self.queue,
+            "agent": self.agent,
+            "state": self.state,
+            "attempts": self.attempts,
+            "enqueued_ms": self.enqueued_ms,
+            "idempotency_key": self.idempotency_key,
+            "note": self.note,
+            "worker": self.worker,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run a worker took: the item and its lease's fencing token."""
+
+    item: QueueItem
+    token: int
+    #: Whether the run was taken over from a worker whose lease expired.
+    recovered: bool
+
+
+class FenceBook:
+    """The runs one store handle appends to under a lease, with their tokens (thread-safe:
+    a worker's runs register and leave from several threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[str, int] = {}
+
+    def hold(self, run: str, token: int) -> None:
+        with self._lock:
+            self._tokens[run] = token
+
+    def drop(self, run: str, token: int | None = None) -> None:
+        """Forget ``run`` (only if it is still held with ``token``, when given)."""
+        with self._lock:
+            if token is None or self._tokens.get(run) == token:
+                self._tokens.pop(run, None)
+
+    def wanted(self, runs: Iterable[str]) -> dict[str, int]:
+        """The tokens of those of ``runs`` this handle holds under a lease."""
+        tokens = self._tokens
+        if not tokens:
+            return {}
+        with self._lock:
+            return {run: tokens[run] for run in runs if run in tokens}
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+
+def lost(run: str, token: int, found: int | None) -> LeaseLostError:
+    how = "was handed back or finished" if found is None else f"was taken over (token {found})"
+    return LeaseLostError(
+        f"the lease on run {run!r} held with token {token} {how}: this worker's appends to it are refused",
+        details={"run": run, "token": token, "current": found},
+    )
+
+
+@runtime_checkable
+class AppendGuard(Protocol):
+    """What a store calls inside each append (see the module docstring)."""
+
+    def guards(self, runs: Iterable[str]) -> bool:
+        """Whether any of ``runs`` is appended to under a lease (the PostgreSQL store then
+        takes the path that checks inside the transaction)."""
+        ...
+
+    def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
+        """Those of ``runs`` whose appends must be refused, with the error to give. Called
+        where the append is atomic: ``cursor`` is the PostgreSQL append transaction's (None
+        on the directory store, which calls it under its writer lock)."""
+        ...
+
+
+class QueueBackend(Protocol):
+    """The queue over one store (a backend object per process and store)."""
+
+    fences: FenceBook
+
+    def enqueue(
+        self, run: str, queue: str, agent: str, input: bytes, key: str | None
+    ) -> tuple[QueueItem, bool]:
+        """Queue a run durably (committed when this returns); ``(item, created)``: a run id
+        already queued is never queued twice, the first row is returned."""
+        ...
+
+    def claim(
+        self, queues: Sequence[str], worker: str, limit: int, lease_ms: int, queue_limit: int | None
+    ) -> list[Claim]:
+        """Take up to ``limit`` runs: queued ones (oldest first), and leased ones whose lease
+        expired. ``queue_limit`` caps the live leases of each queue across every worker."""
+        ...
+
+    def heartbeat(self, worker: str, held: dict[str, int], lease_ms: int) -> set[str]:
+        """Renew the leases ``held`` (run -> token); returns the runs whose lease is lost."""
+        ...
+
+    def finish(self, run: str, token: int, state: str, note: str | None) -> bool:
+        """Leave a held run in ``state`` (``done``, ``waiting``, ``error``), releasing the
+        lease; False if the lease was lost meanwhile (nothing changed)."""
+        ...
+
+    def hand_back(self, run: str, token: int) -> bool:
+        """Put a held run back in the queue (graceful shutdown); its token is void at once."""
+        ...
+
+    def requeue(self, run: str) -> bool:
+        """A ``waiting`` run goes back to ``queued`` (an approval or a resolution came)."""
+        ...
+
+    def item(self, run: str) -> QueueItem | None: ...
+
+    def items(self, *, queue: str | None = None, state: str | None = None, limit: int | None = None) -> list[QueueItem]: ...
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per queue, how many runs are in each state."""
+        ...
+
+    def wait(self, timeout: float) -> bool:
+        """Block until something may have been queued (or ``timeout`` seconds); True if woken."""
+        ...
+
+    def close(self) -> None: ...

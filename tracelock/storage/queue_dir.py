@@ -1,0 +1,370 @@
+"""The run queue of the embedded directory store: ``<store>/queue.sqlite`` beside the journal,
+for several worker processes on one machine (see :mod:`tracelock.storage.queue_backend`).
+
+SQLite serializes the writers (``BEGIN IMMEDIATE``), so a run is taken by one worker only.
+Lease expiry is measured on the injected clock (one machine, one clock). A worker polls
+for work with backoff; it wakes early when SQLite's ``data_version`` says another process
+committed to the queue.
+
+Fencing: the guard (:class:`_Fence`) reads the lease row under the store's writer lock,
+inside the append (``DirectoryStore.append_guard``). A take-over of an expired lease
+changes the token while holding that same writer lock (``flock`` on ``<store>/lock``), so an
+append either finished before the take-over (and the new holder reads it in the journal) or
+comes after it and is refused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from tracelock.errors import StoreError
+from tracelock.storage.defaults import wall_clock_ms
+from tracelock.storage.errors import StoreSchemaTooNewError
+from tracelock.storage.queue_backend import Claim, FenceBook, QueueError, QueueItem, lost
+
+__all__ = ["DirectoryQueue", "QUEUE_FILE"]
+
+QUEUE_FILE = "queue.sqlite"
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE TABLE runs ("
+        " run TEXT PRIMARY KEY,"
+        " queue TEXT NOT NULL,"
+        " agent TEXT NOT NULL,"
+        " input BLOB NOT NULL,"
+        " idempotency_key TEXT,"
+        " state TEXT NOT NULL CHECK (state IN ('queued', 'leased', 'waiting', 'done', 'error')),"
+        " position INTEGER NOT NULL,"
+        " enqueued_ms INTEGER NOT NULL,"
+        " attempts INTEGER NOT NULL DEFAULT 0,"
+        " note TEXT)",
+        "CREATE INDEX runs_ready ON runs (queue, position) WHERE state = 'queued'",
+        "CREATE INDEX runs_held ON runs (queue) WHERE state = 'leased'",
+        "CREATE TABLE leases (run TEXT PRIMARY KEY, worker TEXT NOT NULL, token INTEGER NOT NULL, expires_ms INTEGER NOT NULL)",
+        "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        "INSERT INTO counters (name, value) VALUES ('token', 0), ('position', 0)",
+    ),
+)
+_VERSION = len(_MIGRATIONS)
+_ITEM = "r.run, r.queue, r.agent, r.input, r.state, r.attempts, r.enqueued_ms, r.idempotency_key, r.note"
+
+
+def _item(row: Sequence[Any], worker: str | None = None) -> QueueItem:
+    return QueueItem(
+        run=str(row[0]),
+        queue=str(row[1]),
+        agent=str(row[2]),
+        input=bytes(row[3]),
+        state=str(row[4]),
+        attempts=int(row[5]),
+        enqueued_ms=int(row[6]),
+        idempotency_key=row[7],
+        note=row[8],
+        worker=worker,
+    )
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=60.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")  # a queued run survives a machine crash
+    conn.execute("PRAGMA busy_timeout=60000")
+    return conn
+
+
+class _Fence:
+    """The append guard of a directory store handle (see the module docstring)."""
+
+    def __init__(self, book: FenceBook, path: Path) -> None:
+        self.book = book
+        self._path = path
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def guards(self, runs: Iterable[str]) -> bool:
+        return bool(self.book) and bool(self.book.wanted(runs))
+
+    def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
+        wanted = self.book.wanted(runs)
+        if not wanted:
+            return {}
+        with self._lock:
+            if self._conn is None:
+                self._conn = _connect(self._path)
+            marks = ",".join("?" * len(wanted))
+            rows = self._conn.execute(f"SELECT run, token FROM leases WHERE run IN ({marks})", list(wanted)).fetchall()
+        found = {str(run): int(token) for run, token in rows}
+        return {run: lost(run, token, found.get(run)) for run, token in wanted.items() if found.get(run) != token}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class DirectoryQueue:
+    """The queue of the directory store at ``store_dir``. ``store``, when given, is the
+    handle whose appends are fenced (``attach``)."""
+
+    def __init__(
+        self,
+        store_dir: str | os.PathLike[str],
+        *,
+        store: Any = None,
+        clock_ms: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self._dir = Path(store_dir)
+        self._path = self._dir / QUEUE_FILE
+        self._clock = clock_ms or wall_clock_ms
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._conn = _connect(self._path)
+        except sqlite3.Error as exc:
+            raise QueueError(f"cannot open the queue {self._path}: {exc}") from None
+        self._prepare()
+        self._seen_version = self._data_version()
+        self.fences = FenceBook()
+        self._fence = _Fence(self.fences, self._path)
+        if store is not None:
+            store.append_guard = self._fence
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise QueueError("the queue is closed")
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise QueueError(f"cannot write the queue {self._path}: {exc}") from None
+            try:
+                yield conn
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise QueueError(f"cannot commit to the queue {self._path}: {exc}") from None
+
+    def _read(self, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            if self._closed:
+                raise QueueError("the queue is closed")
+            try:
+                return list(self._conn.execute(query, args).fetchall())
+            except sqlite3.Error as exc:
+                raise QueueError(f"cannot read the queue {self._path}: {exc}") from None
+
+    def _prepare(self) -> None:
+        with self._write() as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > _VERSION:
+                raise StoreSchemaTooNewError(
+                    f"{self._path} has queue schema version {version}; this tracelock knows versions up to "
+                    f"{_VERSION}: upgrade tracelock to use its queue",
+                    details={"queue_schema_version": version, "supported": _VERSION},
+                )
+            for statements in _MIGRATIONS[version:]:
+                for statement in statements:
+                    conn.execute(statement)
+            if version < _VERSION:
+                conn.execute(f"PRAGMA user_version = {_VERSION}")
+
+    @contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        """The store's writer lock (its own descriptor): a take-over holds it, so that it is
+        ordered with every fenced append of every process."""
+        fd = os.open(self._dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    @staticmethod
+    def _counter(conn: sqlite3.Connection, name: str) -> int:
+        row = conn.execute("UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value", (name,)).fetchone()
+        return int(row[0])
+
+    # -- submitting --------------------------------------------------------------------
+    def enqueue(self, run: str, queue: str, agent: str, input: bytes, key: str | None) -> tuple[QueueItem, bool]:
+        with self._write() as conn:
+            row = conn.execute(f"SELECT {_ITEM} FROM runs r WHERE run = ?", (run,)).fetchone()
+            if row is not None:
+                return _item(row), False
+            position = self._counter(conn, "position")
+            conn.execute(
+                "INSERT INTO runs (run, queue, agent, input, idempotency_key, state, position, enqueued_ms) "
+                "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+                (run, queue, agent, input, key, position, self._clock()),
+            )
+            row = conn.execute(f"SELECT {_ITEM} FROM runs r WHERE run = ?", (run,)).fetchone()
+            return _item(row), True
+
+    # -- taking runs -------------------------------------------------------------------
+    def claim(
+        self, queues: Sequence[str], worker: str, limit: int, lease_ms: int, queue_limit: int | None
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        marks = ",".join("?" * len(queues))
+        now = self._clock()
+        claims: list[Claim] = []
+        expired = self._read(
+            f"SELECT 1 FROM runs r JOIN leases l USING (run) WHERE r.queue IN ({marks}) AND r.state = 'leased' "
+            "AND l.expires_ms < ? LIMIT 1",
+            [*queues, now],
+        )
+        if expired:
+            with self._writer_lock():
+                claims += self._take(queues, worker, limit, lease_ms, queue_limit, expired=True)
+        if len(claims) < limit:
+            claims += self._take(queues, worker, limit - len(claims), lease_ms, queue_limit, expired=False)
+        return claims
+
+    def _take(
+        self, queues: Sequence[str], worker: str, limit: int, lease_ms: int, queue_limit: int | None, *, expired: bool
+    ) -> list[Claim]:
+        claims: list[Claim] = []
+        with self._write() as conn:
+            now = self._clock()
+            for queue in queues:
+                room = limit - len(claims)
+                if room <= 0:
+                    break
+                if queue_limit is not None:
+                    held = conn.execute(
+                        "SELECT count(*) FROM runs r JOIN leases l USING (run) WHERE r.queue = ? "
+                        "AND r.state = 'leased' AND l.expires_ms >= ?",
+                        (queue, now),
+                    ).fetchone()
+                    room = min(room, queue_limit - int(held[0]))
+                    if room <= 0:
+                        continue
+                if expired:
+                    rows = conn.execute(
+                        "SELECT r.run FROM runs r JOIN leases l USING (run) WHERE r.queue = ? AND r.state = 'leased' "
+                        "AND l.expires_ms < ? ORDER BY r.position LIMIT ?",
+                        (queue, now, room),
+                    ).fetchall()
+                else:
+                    rows = conn.execute(
+                        "SELECT run FROM runs WHERE queue = ? AND state = 'queued' ORDER BY position LIMIT ?",
+                        (queue, room),
+                    ).fetchall()
+                for (run,) in rows:
+                    token = self._counter(conn, "token")
+                    conn.execute("UPDATE runs SET state = 'leased', attempts = attempts + 1 WHERE run = ?", (run,))
+                    conn.execute(
+                        "INSERT INTO leases (run, worker, token, expires_ms) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (run) DO UPDATE SET worker = excluded.worker, token = excluded.token, "
+                        "expires_ms = excluded.expires_ms",
+                        (run, worker, token, now + lease_ms),
+                    )
+                    row = conn.execute(f"SELECT {_ITEM} FROM runs r WHERE run = ?", (run,)).fetchone()
+                    claims.append(Claim(_item(row, worker), token, expired))
+        return claims
+
+    def heartbeat(self, worker: str, held: dict[str, int], lease_ms: int) -> set[str]:
+        if not held:
+            return set()
+        gone: set[str] = set()
+        with self._write() as conn:
+            expires = self._clock() + lease_ms
+            for run, token in sorted(held.items()):
+                changed = conn.execute(
+                    "UPDATE leases SET expires_ms = ? WHERE run = ? AND token = ?", (expires, run, token)
+                ).rowcount
+                if not changed:
+                    gone.add(run)
+        return gone
+
+    def _release(self, run: str, token: int, state: str, note: str | None) -> bool:
+        with self._write() as conn:
+            row = conn.execute("SELECT token FROM leases WHERE run = ?", (run,)).fetchone()
+            if row is None or int(row[0]) != token:
+                return False
+            conn.execute("DELETE FROM leases WHERE run = ?", (run,))
+            conn.execute("UPDATE runs SET state = ?, note = ? WHERE run = ?", (state, note, run))
+            return True
+
+    def finish(self, run: str, token: int, state: str, note: str | None) -> bool:
+        return self._release(run, token, state, note)
+
+    def hand_back(self, run: str, token: int) -> bool:
+        # Under the writer lock: the holder's threads may still append until they notice.
+        with self._writer_lock():
+            return self._release(run, token, "queued", "handed back")
+
+    def requeue(self, run: str) -> bool:
+        with self._write() as conn:
+            changed = conn.execute(
+                "UPDATE runs SET state = 'queued', note = 'resumable' WHERE run = ? AND state = 'waiting'", (run,)
+            ).rowcount
+            return bool(changed)
+
+    # -- reading -----------------------------------------------------------------------
+    def item(self, run: str) -> QueueItem | None:
+        rows = self._read(
+            f"SELECT {_ITEM}, l.worker FROM runs r LEFT JOIN leases l USING (run) WHERE r.run = ?", (run,)
+        )
+        return _item(rows[0], rows[0][9]) if rows else None
+
+    def items(self, *, queue: str | None = None, state: str | None = None, limit: int | None = None) -> list[QueueItem]:
+        rows = self._read(
+            f"SELECT {_ITEM}, l.worker FROM runs r LEFT JOIN leases l USING (run) "
+            "WHERE (? IS NULL OR r.queue = ?) AND (? IS NULL OR r.state = ?) ORDER BY r.position LIMIT ?",
+            (queue, queue, state, state, -1 if limit is None else limit),
+        )
+        return [_item(row, row[9]) for row in rows]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for queue, state, count in self._read("SELECT queue, state, count(*) FROM runs GROUP BY queue, state ORDER BY queue, state"):
+            out.setdefault(str(queue), {})[str(state)] = int(count)
+        return out
+
+    # -- waking ------------------------------------------------------------------------
+    def _data_version(self) -> int:
+        return int(self._read("PRAGMA data_version")[0][0])
+
+    def wait(self, timeout: float) -> bool:
+        """Poll SQLite's ``data_version`` (another process committed) every few
+        milliseconds, for at most ``timeout`` seconds."""
+        waited = 0.0
+        step = 0.002
+        pause = self._sleep or threading.Event().wait
+        while waited < timeout:
+            version = self._data_version()
+            if version != self._seen_version:
+                self._seen_version = version
+                return True
+            pause(min(step, timeout - waited))
+            waited += step
+            step = min(step * 2, 0.05)
+        return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+        self._fence.close()
