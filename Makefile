@@ -50,14 +50,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check tracelock tests bench
 
 # `make bench` (full: 10k runs per system) or `make bench QUICK=1` (~500 runs). It uses its own
-# environment, .venv-bench (the project with its openai extra, for bench.capture, plus the peers
+# environment, .venv-bench (the project with the extras its benchmarks drive: openai for
+# bench.capture, postgres for bench.postgres, mcp and langgraph for bench.mcp/bench.adapters; plus the peers
 # it is compared with; reinstalled when this Makefile changes), never .venv, and is not part of
 # `make test`. Each peer is installed on its own: one that fails to install is
 # reported as such by the harness (see .venv-bench/install-<peer>.log), and the rest still run.
 BENCH_VENV := .venv-bench
 BENCH_BIN := $(BENCH_VENV)/bin
 BENCH_STAMP := $(BENCH_VENV)/.installed
-BENCH_PEERS := dbos langgraph langgraph-checkpoint-sqlite intentusnet
+BENCH_PEERS := dbos langgraph langgraph-checkpoint-sqlite langgraph-checkpoint-postgres intentusnet
 BENCH_PIP := $(BENCH_BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -c bench/requirements-peers.txt
 QUICK ?=
 BENCH_FLAGS := $(if $(QUICK),--quick,)
@@ -66,7 +67,7 @@ bench:
 	test -x $(BENCH_BIN)/python || $(PYTHON) -m venv $(BENCH_VENV)
 	@if [ ! -f $(BENCH_STAMP) ] || [ -n "$$(find Makefile pyproject.toml constraints.txt bench/requirements-peers.txt -newer $(BENCH_STAMP))" ]; then \
 	  echo "bench: installing the project and the peers into $(BENCH_VENV)"; \
-	  $(BENCH_PIP) -e '.[openai]' rfc8785 || exit 1; \
+	  $(BENCH_PIP) -e '.[openai,postgres,mcp,langgraph]' langchain-openai rfc8785 || exit 1; \
 	  complete=1; \
 	  for extra in matplotlib $(BENCH_PEERS); do \
 	    $(BENCH_PIP) $$extra > $(BENCH_VENV)/install-$$extra.log 2>&1 \

@@ -17,7 +17,9 @@ from typing import Any
 from tracelock.core.fingerprint import value_hash
 from tracelock.evidence.redaction import redact
 from tracelock.runtime.errors import StepError
-from tracelock.runtime.provenance.record import NO_PROVENANCE
+from tracelock.runtime.provenance.identity import distributions_digest, engine_identity
+from tracelock.runtime.provenance.record import NO_PROVENANCE, Provenance
+from tracelock.runtime.replay.replay import replay_run
 from tracelock.runtime.runs.engine import RunResult
 from tracelock.runtime.runtime import Runtime
 from tracelock.runtime.tools.toolkit import Intent, Toolkit, agent_name
@@ -191,10 +193,26 @@ def _redact_llm_args(store: DirectoryStore, run_id: str) -> None:
     redact(store, run_id, 0, by="dpo@example.com", reason="the prompt names a person", fields=["args"])
 
 
+def _nothing(store: DirectoryStore, run_id: str) -> None:
+    pass
+
+
 #: name -> (the case it records, what is done to the store afterwards).
 DERIVED: dict[str, tuple[str, Callable[[DirectoryStore, str], None]]] = {
     "agent-success-redacted": ("agent-success", _redact_llm_args),
+    "agent-success-provenance": ("agent-success", _nothing),
 }
+
+#: The engine the provenance case records: fixed strings, so that the vector is the same on
+#: every machine (the code and tool digests come from this file and the tools' definitions).
+CONFORMANCE_ENGINE = engine_identity(
+    tracelock="0.0.0-conformance",
+    python="3.11.0",
+    implementation="cpython",
+    platform="conformance-x86_64",
+    distributions=distributions_digest([("tracelock", "0.0.0-conformance")]),
+)
+WITH_PROVENANCE = {"agent-success-provenance"}
 
 
 def record_case(name: str, directory: Path) -> tuple[list[bytes], str]:
@@ -204,7 +222,8 @@ def record_case(name: str, directory: Path) -> tuple[list[bytes], str]:
     clock = FixedClock()
     store = DirectoryStore(directory, clock=clock, store_id=lambda: "conformance")
     policy = POLICY if base in ("agent-success", "agent-denied") else POLICY_MORE
-    runtime = Runtime(store, policy, toolkits=(kit,), clock=clock, ids=lambda: f"run-{base}", provenance=NO_PROVENANCE)
+    provenance = Provenance(CONFORMANCE_ENGINE) if name in WITH_PROVENANCE else NO_PROVENANCE
+    runtime = Runtime(store, policy, toolkits=(kit,), clock=clock, ids=lambda: f"run-{base}", provenance=provenance)
     _Flaky.attempts = 0
     _first_done.clear()
     try:
@@ -224,3 +243,33 @@ def record_case(name: str, directory: Path) -> tuple[list[bytes], str]:
 
 #: Every vector ``generate_fingerprint.py`` writes.
 ALL_CASES = [*CASES, *DERIVED]
+
+
+# -- Replay divergence reports -------------------------------------------------------------
+
+
+def agent_changed_prompt(ctx: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """``agent`` after a code change that asks the LLM another question: a replay of the
+    ``agent-success`` recording must stop at step 0 and name ``/args/prompt``."""
+    plan = ctx.llm(model="fixed-model", prompt=request["question"] + " (be brief)", max_tokens=32)
+    return {"plan": plan["content"]}
+
+
+#: name -> (the recorded case, the changed agent replayed against it).
+DIVERGENCES: dict[str, tuple[str, Callable[..., Any]]] = {
+    "divergence-prompt": ("agent-success", agent_changed_prompt),
+}
+
+
+def replay_case(name: str, directory: Path) -> dict[str, Any]:
+    """Record the case, replay it with the changed agent; the replay report (a dict)."""
+    base, changed = DIVERGENCES[name]
+    _, run_id = record_case(base, directory)
+    store = DirectoryStore(directory, clock=FixedClock(), store_id=lambda: "conformance")
+    runtime = Runtime(store, POLICY, toolkits=(kit,), provenance=NO_PROVENANCE)
+    try:
+        report: dict[str, Any] = replay_run(runtime, run_id, changed).to_dict()
+    finally:
+        runtime.close()
+        store.close()
+    return report

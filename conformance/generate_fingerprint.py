@@ -12,7 +12,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from fingerprint_cases import ALL_CASES, record_case  # noqa: E402
+from fingerprint_cases import ALL_CASES, DIVERGENCES, record_case, replay_case  # noqa: E402
 
 
 def main() -> None:
@@ -35,6 +35,22 @@ def main() -> None:
         }
         (out / f"{name}.json").write_text(json.dumps(vector, indent=2, ensure_ascii=False) + "\n")
         print(f"{name}: {fingerprint}")
+    replays = HERE / "replay"
+    replays.mkdir(exist_ok=True)
+    for name, (base, changed) in DIVERGENCES.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            report = replay_case(name, Path(tmp) / "store")
+        vector = {
+            "description": (
+                f"case {name}: the recording fingerprint/{base}.json replayed with "
+                f"fingerprint_cases:{changed.__name__}; the replay report it gives"
+            ),
+            "recording": f"fingerprint/{base}.json",
+            "agent": f"fingerprint_cases:{changed.__name__}",
+            "report": report,
+        }
+        (replays / f"{name}.json").write_text(json.dumps(vector, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+        print(f"{name}: diverged at step {report['divergence']['step']}")
 
 
 if __name__ == "__main__":

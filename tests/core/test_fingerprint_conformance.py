@@ -145,6 +145,7 @@ def test_vectors_exist() -> None:
     assert {
         "agent-success", "agent-denied", "gather-retry-timeout", "routing-fallback",
         "outcome-validation-error", "outcome-execution-error", "agent-success-redacted",
+        "agent-success-provenance",
     } <= names
 
 
@@ -243,6 +244,25 @@ def _rechain(journal: list[str]) -> list[str]:
         heads[entry["run"]] = hashlib.sha256(raw).hexdigest()
         out.append(raw.decode())
     return out
+
+
+def test_provenance_is_kept_once_named_by_hash_and_outside_the_fingerprint() -> None:
+    """docs/spec.md 3.6: run.start names H(document) of a provenance.register entry of the
+    admin chain written before it; the fingerprint is the one recorded without provenance."""
+    vector = json.loads((CONFORMANCE / "fingerprint" / "agent-success-provenance.json").read_text())
+    plain = json.loads((CONFORMANCE / "fingerprint" / "agent-success.json").read_text())
+    journal = vector["journal"]
+    payloads = {t[1:65]: json.loads(t[66:]) for t in journal if t.startswith("=")}
+    entries = [json.loads(t) for t in journal if t.startswith("{")]
+    (register,) = [e for e in entries if e["run"] == "tracelock:admin" and e["kind"] == "provenance.register"]
+    (start,) = [e for e in entries if e["run"] == vector["run"] and e["kind"] == "run.start"]
+    digest = payloads[start["payload"]]["provenance"]
+    assert digest == register["payload"] and register["seq"] < start["seq"]
+    document = payloads[digest]
+    assert H(document) == digest and set(document) == {"engine", "code", "tools"}
+    assert set(document["engine"]) == {"tracelock", "python", "implementation", "platform", "distributions"}
+    assert document["code"]["digest"] == H(document["code"]["modules"])
+    assert vector["fingerprint"] == plain["fingerprint"]
 
 
 def test_the_vectors_cover_every_outcome_class() -> None:

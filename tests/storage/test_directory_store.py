@@ -14,11 +14,12 @@ import pytest
 
 from tests.storage.conftest import TickClock, record_run
 from tracelock import merkle
-from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND
+from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, encode_entry
 from tracelock.storage.backend import NewEntry
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import (
     DurabilityError,
+    JournalCorruptError,
     PayloadMissingError,
     PayloadRedactedError,
     RunNotFoundError,
@@ -158,6 +159,25 @@ def test_appending_to_an_ended_run_is_refused(store_dir: Path) -> None:
             store.append("done", "effect")
     with DirectoryStore(store_dir) as store, pytest.raises(StoreError, match="has ended"):
         store.append("done", "effect")
+
+
+@pytest.mark.parametrize("index", [True, False], ids=["with-index", "without-index"])
+def test_a_journal_that_restarts_an_ended_run_is_refused(store_dir: Path, index: bool) -> None:
+    """Chain rule 4: a complete entry that starts an ended run's chain again (i 0, prev null)
+    after its end is no crash damage: a writer refuses the journal, with or without the
+    index that knows the run ended."""
+    with DirectoryStore(store_dir) as store:
+        record_run(store, "done")
+        size = store.size()
+    restart = encode_entry(seq=size, run="done", i=0, kind="run.start", payload=None, prev=None, ts=1)
+    journal = store_dir / "journal.log"
+    data = journal.read_bytes().rstrip(b"\0")
+    journal.write_bytes(data + restart.line + b"\n")
+    if not index:
+        for path in store_dir.glob("index.sqlite*"):
+            path.unlink()
+    with pytest.raises(JournalCorruptError, match="after its run.end"):
+        DirectoryStore(store_dir)
 
 
 def test_unfinished_run_continues_its_chain_after_reopen(store_dir: Path) -> None:

@@ -369,7 +369,11 @@ class DirectoryStore:
         synced = self._mark.read() if self._mark is not None else None
         size = self._data_end_after(start)
         start_seq = self._next_seq
-        checker = ChainChecker(start_seq, lookup=lambda run: self._known_head(run, start_seq, start))
+        checker = ChainChecker(
+            start_seq,
+            lookup=lambda run: self._known_head(run, start_seq, start),
+            closed=lambda run: self._ended_before(run, start_seq),
+        )
         known: set[bytes] = set()
         rows: list[tuple[int, tuple[Entry, int]]] = []
         payload_rows: list[tuple[int, IndexedPayload]] = []
@@ -424,6 +428,15 @@ class DirectoryStore:
             if cut >= 0:
                 return position + cut
             position += len(chunk)
+
+    def _ended_before(self, run: str, before_seq: int) -> bool:
+        """Whether ``run`` ended before entry ``before_seq`` (chain rule 4: nothing of it may
+        follow), by this handle's knowledge or the index's."""
+        if run in self._closed_here:
+            return True
+        with self._index_lock:
+            row = self._index.run_row(run)
+        return row is not None and bool(row[10]) and row[7] < before_seq
 
     def _known_head(self, run: str, before_seq: int, before: int) -> tuple[int, str] | None:
         """A run's head as of entry ``before_seq`` at byte ``before`` (where a catch-up
@@ -597,7 +610,7 @@ class DirectoryStore:
         if not self._index_usable(size, synced):
             self._index.reset()
         start = self._index.journal_end
-        checker = ChainChecker(self._index.entry_count, lookup=self._index.head)
+        checker = ChainChecker(self._index.entry_count, lookup=self._index.head, closed=self._index.has_ended)
         entries: list[tuple[Entry, int]] = []
         payloads: list[IndexedPayload] = []
         known: set[bytes] = set()

@@ -316,6 +316,11 @@ class Index:
             return None
         return int(row[0]) - 1, str(row[1]), bool(row[2])
 
+    def has_ended(self, run: str) -> bool:
+        """Whether the index knows ``run`` as ended (its chain is closed for good)."""
+        state = self.head_state(run)
+        return state is not None and state[2]
+
     def head(self, run: str) -> tuple[int, str] | None:
         """(index, hash) of the last entry of an open run; None if unknown or closed."""
         state = self.head_state(run)
