@@ -14,6 +14,7 @@ from tracelock.runtime.errors import DivergenceError, StepError
 from tracelock.runtime.outcomes import Outcome, Phase
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.provenance.record import NO_PROVENANCE, Provenance
+from tracelock.runtime.queue import RunHandle, Worker
 from tracelock.runtime.runtime import AsyncRunContext, RunResult, Runtime
 from tracelock.runtime.tools.toolkit import Intent, Toolkit
 from tracelock.runtime.tools.tools import RetryPolicy
@@ -30,12 +31,14 @@ __all__ = [
     "Provenance",
     "RetryPolicy",
     "RunContext",
+    "RunHandle",
     "RunResult",
     "Runtime",
     "StepError",
     "Task",
     "Toolkit",
     "TracelockError",
+    "Worker",
     "Workflow",
     "WorkflowStep",
     "capture_http",

@@ -194,3 +194,17 @@ def test_recover_leaves_the_runs_the_queue_holds_to_its_workers(runtime: Runtime
     assert row["run"] == handle.run_id and "held by the run queue (queued)" in row["reason"]
     assert runtime.retrieve(handle.run_id).status == "awaiting_approval"
     assert serve(runtime) == {handle.run_id: "completed"}
+
+
+def test_tracelock_approve_in_another_process_puts_the_run_back_in_the_queue(location: str, runtime: Runtime) -> None:
+    handle = runtime.submit(agents.shipper, {"key": "cli-approve"})
+    serve(runtime)
+    step = runtime.retrieve(handle.run_id).waiting_step
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.runtime._queue_worker_child", "approve", handle.run_id, str(step),
+         "--by", "carol", "--store", location, "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert queue_for(runtime.store).item(handle.run_id).state == "queued"  # type: ignore[union-attr]
+    assert serve(runtime, "w9") == {handle.run_id: "completed"}

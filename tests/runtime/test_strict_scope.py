@@ -474,3 +474,37 @@ def test_a_guarded_classmethod_still_works_on_an_instance_outside_agent_code(run
     assert Path("somewhere").cwd() == Path.cwd() == Path(os.getcwd())
     error = refusal(runtime, lambda: Path("somewhere").cwd())
     assert error.rule_id == "TL-ENV-002"
+
+
+# ------------------------------------------------- a library allowed to read the environment
+
+LIBRARY = '''
+import os
+
+
+def has_home():
+    return "HOME" in os.environ
+'''
+
+
+def test_an_allowed_library_may_test_membership_in_the_environment(
+    runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``key in os.environ`` inside a library allowed TL-ENV- reads ``self[key]`` within the
+    guarded membership test: that inner read is part of the allowed call, not a new one by
+    the agent (LangChain does this on every graph invocation). The agent's own test is still
+    refused."""
+    name = f"tl_env_library_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / f"{name}.py").write_text(LIBRARY, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    library = importlib.import_module(name)
+    strict.allow_library(name, ("TL-ENV-",))
+
+    def agent(ctx: Any, _: Any) -> bool:
+        return bool(library.has_home())
+
+    result = runtime.run(agent, None)
+    assert result.ok, result.error
+    assert result.output == ("HOME" in os.environ)
+    assert refusal(runtime, lambda: "HOME" in os.environ).rule_id == "TL-ENV-001"

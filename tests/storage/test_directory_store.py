@@ -176,7 +176,7 @@ def test_a_journal_that_restarts_an_ended_run_is_refused(store_dir: Path, index:
     if not index:
         for path in store_dir.glob("index.sqlite*"):
             path.unlink()
-    with pytest.raises(JournalCorruptError, match="after its run.end"):
+    with pytest.raises(JournalCorruptError, match=r"after its run\.end"):
         DirectoryStore(store_dir)
 
 

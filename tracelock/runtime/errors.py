@@ -101,8 +101,11 @@ class Suspend(BaseException):
     """Unwinds the agent when the run must wait (approval) or is blocked. Not an error:
     it derives from BaseException so that an agent's ``except Exception`` cannot swallow it."""
 
-    def __init__(self, status: str, step: int, reason: str) -> None:
+    def __init__(self, status: str, step: int, reason: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.step = step
         self.reason = reason
+        #: Journaled with the state change beside ``step`` and ``reason`` (an approval's
+        #: expiry: ``ttl_ms`` and ``expires_ms``).
+        self.details = details

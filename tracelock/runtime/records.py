@@ -14,7 +14,9 @@ Entry kinds of a run (payloads are JSON documents, stored content-addressed):
 ``gather.order``   ``{"first", "steps"}``: completion order of a ``ctx.gather``
 ``route``          one routing decision of ``send_intent``
 ``approval``       ``{"step", "decision", "by", "reason"}``
-``run.state``      a lifecycle transition (meta ``status``); payload says why
+``run.state``      a lifecycle transition (meta ``status``); payload says why (``{"step",
+                   "reason"}``; a wait for an approval with a TTL adds ``ttl_ms`` and
+                   ``expires_ms``, when the window closes on the journaled clock)
 ``run.end``        ``{"outcome", "code", "output", "fingerprint", "error"}``; meta ``status``
 ``patch``          ``{"id"}``: the run took the code path of a ``ctx.patched(id)`` change
 ``resolution``     ``{"step", "action": "retry", "by", "reason"}``: an operator allowed a blocked
@@ -99,6 +101,11 @@ class RunRecord:
     retries: set[int] = field(default_factory=set)
     #: ``run.traceback`` documents in journal order (audit only).
     tracebacks: list[dict[str, Any]] = field(default_factory=list)
+    #: The journaled time (entry ``ts``, ms) of each step's approval entry.
+    approval_ms: dict[int, int] = field(default_factory=dict)
+    #: When each step's approval window closes (``expires_ms`` of the first waiting state
+    #: that set one for the step; approvals with a TTL only).
+    approval_expiry: dict[int, int] = field(default_factory=dict)
 
     @property
     def agent_traceback(self) -> str | None:
@@ -221,8 +228,11 @@ def load_run(store: Store, run_id: str) -> RunRecord:
             record.routing.append(doc)
         elif entry.kind == APPROVAL:
             record.approvals[doc["step"]] = doc
+            record.approval_ms[doc["step"]] = entry.ts
         elif entry.kind == STATE:
             record.states.append(dict(doc or {}, status=status))
+            if isinstance(doc, dict) and isinstance(doc.get("expires_ms"), int) and isinstance(doc.get("step"), int):
+                record.approval_expiry.setdefault(doc["step"], doc["expires_ms"])
         elif entry.kind == END:
             record.end = doc
         elif entry.kind == PATCH:

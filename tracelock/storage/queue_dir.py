@@ -74,9 +74,19 @@ def _item(row: Sequence[Any], worker: str | None = None) -> QueueItem:
 
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60.0, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")  # a queued run survives a machine crash
     conn.execute("PRAGMA busy_timeout=60000")
+    # Switching a new file to WAL needs it alone for a moment: two processes opening a new
+    # queue at once may see SQLITE_BUSY here, which the busy handler does not cover.
+    for attempt in range(200):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError:
+            if attempt == 199:
+                conn.close()
+                raise
+            threading.Event().wait(0.01)
+    conn.execute("PRAGMA synchronous=FULL")  # a queued run survives a machine crash
     return conn
 
 

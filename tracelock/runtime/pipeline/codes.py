@@ -19,6 +19,7 @@ PROPOSAL_BAD_FIELD = register_code("PROPOSAL_BAD_FIELD", V, "a proposal member h
 PROPOSAL_VERSION = register_code("PROPOSAL_SCHEMA_VERSION", V, "the proposal's schema_version is not supported")
 LLM_REQUEST_INVALID = register_code("LLM_REQUEST_INVALID", V, "the LLM request is malformed (model, prompt/messages, max_tokens)")
 APPROVAL_REJECTED = register_code("APPROVAL_REJECTED", D, "a human rejected the step that required approval")
+APPROVAL_EXPIRED = register_code("APPROVAL_EXPIRED", D, "the step's approval window (approvals.ttl_ms, or the tool's approval_ttl_ms) closed before an approval arrived")
 TOOL_RAISED = register_code("TOOL_RAISED", X, "the tool raised an exception")
 TOOL_TIMEOUT = register_code("TOOL_TIMEOUT", X, "the tool did not finish within its timeout")
 RESULT_CONTRACT = register_code("RESULT_CONTRACT_VIOLATION", X, "the tool's result does not satisfy its output contract (result_schema, or the schema of its return annotation): a contract drift; the result is not passed to the agent")

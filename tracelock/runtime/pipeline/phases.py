@@ -29,6 +29,7 @@ from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.runtime.errors import StepError, Suspend
 from tracelock.runtime.outcomes import Outcome, Phase, StepFailure
 from tracelock.runtime.pipeline.codes import (
+    APPROVAL_EXPIRED,
     APPROVAL_REJECTED,
     ARGS_NOT_JSON,
     ARGS_SCHEMA,
@@ -325,6 +326,8 @@ def authorize(state: RunState, step: int, request: StepRequest, doc: dict[str, A
         decision = _decide(state, request, doc)
     if not decision.allowed:
         raise decision.failure()
+    if state.daily is not None:
+        _check_daily(state, request, doc)
     if decision.requires_approval:
         _check_approval(state, step, request, doc, decision)
     with state.lock:
@@ -349,6 +352,29 @@ def _decide(state: RunState, request: StepRequest, doc: dict[str, Any]) -> Decis
             side_effect=request.side_effect,  # type: ignore[arg-type]
         )
     return policy.authorize(auth, usage)
+
+
+def _check_daily(state: RunState, request: StepRequest, doc: dict[str, Any]) -> None:
+    """The run's daily budgets (per agent, per tenant, across runs): decided against the
+    store's ledger, and what the decision saw is recorded in the step (``daily``), so that
+    replay answers it without the ledger."""
+    ledger, daily = state.env.ledger, state.daily
+    if ledger is None or daily is None or not state.policy.has_daily_budgets:
+        return
+    ledger.poll()
+    requested = {"effects": 1}
+    if request.kind == "llm":
+        requested["llm_calls"] = 1
+        requested["tokens"] = _llm_limits(state, request)[1]
+    with state.lock:
+        usage = {
+            "llm_calls": state.llm_calls,
+            "tokens": state.tokens,
+            "cost_micro_usd": state.cost_micro_usd,
+            "effects": state.effect_count,
+        }
+    doc["daily"] = {"day": daily.day}
+    doc["daily"] = ledger.charge(daily, state.policy, usage, requested)
 
 
 def _usage(state: RunState, doc: dict[str, Any]) -> Usage:
@@ -404,15 +430,49 @@ def _check_approval(state: RunState, step: int, request: StepRequest, doc: dict[
     # A fork's live steps are not the parent's: a human's approval in the parent is no
     # approval of them.
     recording = state.recording
-    approval = recording.approvals.get(step) if recording is not None and state.is_usable(step) else None
+    usable = recording is not None and state.is_usable(step)
+    approval = recording.approvals.get(step) if recording is not None and usable else None
+    ttl = state.policy.approval_ttl_ms(request.name)
+    # The window was set (and journaled) when the run first began waiting on this step.
+    expires = recording.approval_expiry.get(step) if recording is not None and usable and ttl is not None else None
     if approval is None:
+        if expires is not None:
+            # Resumed with no approval: judged by a clock reading that the step records.
+            now = state.env.clock_ms()
+            if now > expires:
+                doc["approval"] = {"by": None, "decision": None, "expires_ms": expires, "checked_ms": now}
+                raise StepFailure(
+                    APPROVAL_EXPIRED,
+                    f"step {step} ({request.name}): no approval arrived before its window closed "
+                    f"(ttl {ttl} ms, closed at {expires}, checked at {now})",
+                    ttl_ms=ttl,
+                    expires_ms=expires,
+                    checked_ms=now,
+                )
         doc["awaiting_approval"] = True
+        details = None
+        if ttl is not None:
+            details = {"ttl_ms": ttl, "expires_ms": expires if expires is not None else state.env.clock_ms() + ttl}
         raise Suspend(
             "awaiting_approval",
             step,
             f"step {step} ({request.name}) requires human approval: {decision.reason}",
+            details,
         )
     doc["approval"] = {"by": approval.get("by"), "decision": approval.get("decision")}
+    if expires is not None and recording is not None:
+        # Judged by the approval entry's own journaled time: replay reads the same.
+        at = recording.approval_ms.get(step, 0)
+        doc["approval"].update(expires_ms=expires, at_ms=at)
+        if at > expires and approval.get("decision") == "approved":
+            raise StepFailure(
+                APPROVAL_EXPIRED,
+                f"step {step} ({request.name}): the approval by {approval.get('by')} arrived at {at}, "
+                f"after its window closed at {expires} (ttl {ttl} ms)",
+                ttl_ms=ttl,
+                expires_ms=expires,
+                approved_ms=at,
+            )
     if approval.get("decision") != "approved":
         raise StepFailure(
             APPROVAL_REJECTED,

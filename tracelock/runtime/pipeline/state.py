@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tracelock.runtime.pipeline.held import HeldAnswers
+from tracelock.runtime.policy.daily import DailyLedger, RunDaily
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
 from tracelock.runtime.policy.stops import StopBoard
@@ -32,7 +33,19 @@ class Environment:
     consulted at AUTHORIZE; ``held`` (or None) answers LLM steps from another run's record
     (``drift --hold-llm``)."""
 
-    __slots__ = ("clock_ms", "gather_pool", "held", "invoke", "observer", "sandbox", "sleep", "stops", "toolkit", "tools")
+    __slots__ = (
+        "clock_ms",
+        "gather_pool",
+        "held",
+        "invoke",
+        "ledger",
+        "observer",
+        "sandbox",
+        "sleep",
+        "stops",
+        "toolkit",
+        "tools",
+    )
 
     def __init__(
         self,
@@ -54,6 +67,8 @@ class Environment:
         self.observer: RunObserver | None = None
         self.stops: StopBoard | None = None
         self.held: HeldAnswers | None = None
+        #: The daily budgets' ledger (None: no run is judged against daily budgets).
+        self.ledger: DailyLedger | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,7 @@ class RunState:
 
     __slots__ = (
         "cost_micro_usd",
+        "daily",
         "divergence",
         "effect_count",
         "effects",
@@ -147,8 +163,11 @@ class RunState:
         fork_before: int | None = None,
         prefix: ParentPrefix | None = None,
         start_ms: int = 0,
+        daily: RunDaily | None = None,
     ) -> None:
         self.env = env
+        #: The run's day, agent, tenant and rank, for its daily budgets (None: none apply).
+        self.daily = daily
         self.run_id = run_id
         self.policy = policy
         self.seed = bytes.fromhex(seed)

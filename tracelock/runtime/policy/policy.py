@@ -41,6 +41,8 @@ from tracelock.runtime.policy.sandbox import (
 __all__ = [
     "BUDGETS",
     "CONSTRAINT_KEYS",
+    "DAILY_BUDGETS",
+    "DAILY_SCOPES",
     "SUPPORTED_VERSIONS",
     "AuthorizationRequest",
     "Decision",
@@ -336,8 +338,23 @@ def _json_value(value: object, path: str, depth: int = 0) -> Any:
 
 # -- normalization --------------------------------------------------------------------------
 
-_TOP_KEYS: Final = ("version", "approval_for_irreversible", "tools", "llm", "budgets", "fs", "http")
-_TOOL_KEYS: Final = ("name", "allow", "approval", "strict_args", "args")
+_TOP_KEYS: Final = (
+    "version",
+    "approval_for_irreversible",
+    "tools",
+    "llm",
+    "budgets",
+    "fs",
+    "http",
+    "approvals",
+    "daily_budgets",
+)
+_TOOL_KEYS: Final = ("name", "allow", "approval", "strict_args", "args", "approval_ttl_ms")
+_APPROVALS_KEYS: Final = ("ttl_ms",)
+#: The scopes of the daily budgets: per agent, per tenant (a key the caller gives a run).
+DAILY_SCOPES: Final = ("agent", "tenant")
+#: Daily budget names, in the order they are checked.
+DAILY_BUDGETS: Final = ("runs", "llm_calls", "tokens", "cost_micro_usd", "effects")
 _LLM_KEYS: Final = ("allow", "models", "max_tokens", "prices")
 _PRICE_KEYS: Final = ("input", "output")
 _HTTP_KEYS: Final = ("allow",)
@@ -380,6 +397,23 @@ def _normalize(raw: object) -> dict[str, Any]:
     # Written only when present, so that the hash of every policy without it is unchanged.
     if top.get("http") is not None:
         document["http"] = _normalize_http(top["http"], "http")
+    if top.get("approvals") is not None:
+        approvals = _table(top["approvals"], "approvals", _APPROVALS_KEYS)
+        document["approvals"] = {"ttl_ms": _optional_count(approvals, "ttl_ms", "approvals", None)}
+    if top.get("daily_budgets") is not None:
+        document["daily_budgets"] = _normalize_daily(top["daily_budgets"], "daily_budgets")
+    return document
+
+
+def _normalize_daily(value: object, path: str) -> dict[str, Any]:
+    """``daily_budgets.agent`` and ``daily_budgets.tenant``: each budget written out (null:
+    unlimited), both scopes always present."""
+    table = _table(value, path, DAILY_SCOPES)
+    document: dict[str, Any] = {}
+    for scope in DAILY_SCOPES:
+        where = _join(path, scope)
+        limits = _table(table.get(scope) if table.get(scope) is not None else {}, where, DAILY_BUDGETS)
+        document[scope] = {name: _optional_count(limits, name, where, None) for name in DAILY_BUDGETS}
     return document
 
 
@@ -457,11 +491,12 @@ def _normalize_tools(value: object, path: str) -> list[dict[str, Any]]:
                 arg_where = _join(_join(where, "args"), arg_name)
                 _text(arg_name, arg_where, non_empty=True)
                 args[arg_name] = _normalize_constraint(constraint, arg_where)
-        if not allow and (approval or strict_args or args):
+        approval_ttl = _optional_count(table, "approval_ttl_ms", where, None)
+        if not allow and (approval or strict_args or args or approval_ttl is not None):
             raise _value_error(
                 where,
                 f"tool {name!r} has allow = false; a denied tool takes no approval, "
-                "strict_args or args",
+                "approval_ttl_ms, strict_args or args",
             )
         by_name[name] = {
             "name": name,
@@ -470,6 +505,9 @@ def _normalize_tools(value: object, path: str) -> list[dict[str, Any]]:
             "strict_args": strict_args,
             "args": args,
         }
+        if approval_ttl is not None:
+            # Written only when set, so that the hash of every policy without it is unchanged.
+            by_name[name]["approval_ttl_ms"] = approval_ttl
     return [by_name[name] for name in sorted(by_name)]
 
 
@@ -957,6 +995,33 @@ class Policy:
             raise PolicyRequestError(f"unknown budget {name!r}; budgets are {', '.join(BUDGETS)}")
         limit: int | None = self._doc["budgets"][name]
         return limit
+
+    def approval_ttl_ms(self, name: str) -> int | None:
+        """How long (ms of the journaled clock) an approval of a step of tool ``name`` may
+        take to arrive: the tool's ``approval_ttl_ms``, else ``approvals.ttl_ms``; None: no
+        expiry."""
+        tool = self._tools.get(name)
+        if tool is not None and tool.get("approval_ttl_ms") is not None:
+            ttl: int = tool["approval_ttl_ms"]
+            return ttl
+        approvals = self._doc.get("approvals")
+        return approvals.get("ttl_ms") if isinstance(approvals, dict) else None
+
+    def daily_budgets(self, scope: str) -> dict[str, int] | None:
+        """The daily budgets set for ``scope`` (``agent`` or ``tenant``), only the limited
+        ones; None when the scope sets none."""
+        if scope not in DAILY_SCOPES:
+            raise PolicyRequestError(f"unknown daily budget scope {scope!r}; scopes are {', '.join(DAILY_SCOPES)}")
+        daily = self._doc.get("daily_budgets")
+        if not isinstance(daily, dict):
+            return None
+        limits = {name: limit for name, limit in daily[scope].items() if limit is not None}
+        return limits or None
+
+    @property
+    def has_daily_budgets(self) -> bool:
+        """Whether any daily (cross-run) budget is set."""
+        return any(self.daily_budgets(scope) is not None for scope in DAILY_SCOPES)
 
     def sandbox_limits(self) -> SandboxLimits:
         """The limits the filesystem toolset enforces itself (size, extensions)."""

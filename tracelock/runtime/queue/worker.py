@@ -54,6 +54,8 @@ class WorkerReport:
 
     worker: str
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: What went wrong outside any run (the queue unreachable for a while).
+    notes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -62,7 +64,7 @@ class WorkerReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"worker": self.worker, "runs": self.runs, "counts": self.counts()}
+        return {"worker": self.worker, "runs": self.runs, "counts": self.counts(), "notes": self.notes}
 
 
 def requeue_if_resumable(engine: Engine, run_id: str, backend: QueueBackend | None = None) -> bool:
@@ -160,7 +162,16 @@ class Worker:
                     free = min(free, max_runs - taken)
                 claims: list[Claim] = []
                 if free > 0:
-                    claims = self.backend.claim(self.queues, self.worker_id, free, self.lease_ms, self.queue_limit)
+                    try:
+                        claims = self.backend.claim(self.queues, self.worker_id, free, self.lease_ms, self.queue_limit)
+                    except TracelockError as exc:
+                        # The queue is unreachable (a server restart): try again after the
+                        # backoff; the runs in flight go on meanwhile.
+                        with self._state:
+                            self.report.notes.append(f"queue unreachable: {exc.message}")
+                        self._stop.wait(pause)
+                        pause = min(pause * 2, self.wake)
+                        continue
                 for claim in claims:
                     run = claim.item.run
                     if run in futures and not futures[run][1].done():

@@ -37,11 +37,13 @@ from tracelock.runtime.errors import (
 from tracelock.runtime.outcomes import Outcome, register_code
 from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.pipeline.state import Environment
+from tracelock.runtime.policy.daily import DailyLedger, RunDaily, utc_day
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
 from tracelock.runtime.policy.stops import Stop, StopBoard
 from tracelock.runtime.provenance.record import Provenance
 from tracelock.runtime.records import RunJournal, RunRecord, audit_traceback, load_run
+from tracelock.runtime.runs.daily import refresh_ledger, write_spend
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.runs.prefix import child_recording
 from tracelock.runtime.runs.stops import StopWatch, lift_stop, refresh_stops, set_stop
@@ -56,6 +58,7 @@ from tracelock.storage.errors import RunNotFoundError, StoreFormatError, StorePe
 from tracelock.storage.open import open_store
 
 __all__ = [
+    "ApprovalExpiredError",
     "Engine",
     "RunExistsError",
     "RunResult",
@@ -78,6 +81,12 @@ NONDETERMINISM = register_code(
 
 #: Strict mode for runtimes that do not say (the test suite turns it on).
 STRICT_BY_DEFAULT = False
+
+
+class ApprovalExpiredError(RunStateError):
+    """An approval was given after the step's approval window (its TTL) closed."""
+
+    code = "RUN_APPROVAL_EXPIRED"
 
 
 class RunExistsError(RunStateError):
@@ -263,6 +272,14 @@ class Engine:
         self._stop_watch = StopWatch()
         self.stops.refresher = self._poll_stops
         refresh_stops(self.store, self.stops)
+        #: What each run of recent days consumed, for the policy's daily budgets (folded
+        #: from the admin chain's budget.spend entries; kept only when some are set).
+        self.ledger = DailyLedger()
+        self._ledger_watch = StopWatch()
+        self.ledger.refresher = self._poll_ledger
+        if self.policy.has_daily_budgets:
+            self.environment.ledger = self.ledger
+            refresh_ledger(self.store, self.ledger)
 
     # -- registration ------------------------------------------------------------------
     @property
@@ -302,6 +319,7 @@ class Engine:
         run_id: str | None = None,
         seed: str | None = None,
         idempotency_key: str | None = None,
+        tenant: str | None = None,
         _annotations: dict[str, Any] | None = None,
     ) -> RunResult:
         """Run ``agent(ctx, input)`` as a new recorded run.
@@ -313,6 +331,9 @@ class Engine:
         With ``idempotency_key``, submitting the same key again never starts a second run:
         it returns the result of the run the key started (if it ended) or continues it (if
         it is unfinished). The run id is derived from the agent and the key.
+
+        ``tenant`` is a key of the caller's (a customer, a team), recorded in the run's
+        start; the policy's ``daily_budgets.tenant`` limits what its runs consume per day.
         """
         func, name = self._resolve_agent(agent)
         try:
@@ -345,6 +366,13 @@ class Engine:
         if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
         seed = seed_of(seed) if seed is not None else default_seed(run_id)
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise AgentDefinitionError("a tenant is a non-empty string")
+        daily = None
+        if self.environment.ledger is not None:
+            # The run's day is a clock reading, recorded in its start with its rank.
+            self._poll_ledger()
+            daily = self.ledger.open_run(run_id, utc_day(self._clock_ms()), name, tenant)
         self._record_policy()
         provenance = self._record_provenance(self.provenance.reference(func, self.toolkit))
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
@@ -358,14 +386,24 @@ class Engine:
                 "parent": None,
             }
             | ({"annotations": _annotations} if _annotations else {})
-            | ({"provenance": provenance} if provenance is not None else {}),
+            | ({"provenance": provenance} if provenance is not None else {})
+            | ({"tenant": tenant} if tenant is not None else {})
+            | ({"daily": daily.start_document()} if daily is not None else {}),
             agent=name,
             parent=None,
         )
+        if daily is not None:
+            write_spend(self.store, self.ledger, daily, {})
         # After the start: its append has read what other writers appended (their stops).
         self._poll_stops()
         pipeline = Pipeline(
-            self.environment, run_id=run_id, seed=seed, policy=self.policy, journal=journal, start_ms=start.ts
+            self.environment,
+            run_id=run_id,
+            seed=seed,
+            policy=self.policy,
+            journal=journal,
+            start_ms=start.ts,
+            daily=daily,
         )
         ctx = RunContext(pipeline, input=input, annotations=_annotations)
         result = self._drive(ctx, func, name, input, journal, status="running", input_hash=input_hash)
@@ -477,8 +515,9 @@ class Engine:
                 outcome, code, error, output = "EXECUTION_ERROR", OUTPUT_NOT_JSON.code, exc.message, None
         except Suspend as suspend:
             if journal is not None:
+                self._spend(ctx)
                 check_transition(status, suspend.status)
-                journal.state(suspend.status, {"step": suspend.step, "reason": suspend.reason})
+                journal.state(suspend.status, {"step": suspend.step, "reason": suspend.reason} | (suspend.details or {}))
             return RunResult(
                 run_id=ctx.run_id,
                 status=suspend.status,
@@ -518,6 +557,7 @@ class Engine:
         digest = fingerprint(projection)
         final = "completed" if outcome == "SUCCESS" else "failed"
         if journal is not None:
+            self._spend(ctx)
             check_transition(status, final)
             journal.end(
                 final,
@@ -536,6 +576,28 @@ class Engine:
             effects=effects,
             traceback=trace,
         )
+
+    def _spend(self, ctx: RunContext) -> None:
+        """Journal what a run under daily budgets has consumed so far (before its state
+        change or end, whose durable append covers it)."""
+        state = ctx.pipeline
+        daily = state.daily
+        if daily is None or self.environment.ledger is None:
+            return
+        with state.lock:
+            usage = {
+                "llm_calls": state.llm_calls,
+                "tokens": state.tokens,
+                "cost_micro_usd": state.cost_micro_usd,
+                "effects": state.effect_count,
+            }
+        write_spend(self.store, self.ledger, daily, usage)
+
+    def _poll_ledger(self) -> None:
+        """Fold in the spend entries written since the last look, at most every quarter
+        second (a run's start and each step under daily budgets ask)."""
+        if self._ledger_watch.due():
+            refresh_ledger(self.store, self.ledger)
 
     def _existing(self, run_id: str) -> RunRecord | None:
         try:
@@ -636,6 +698,18 @@ class Engine:
             )
         if not by:
             raise RunStateError("an approval must name who decided (by=...)")
+        expires = record.approval_expiry.get(step)
+        if decision == "approved" and expires is not None:
+            # A courtesy to the approver: the step's outcome is decided on resume, from the
+            # journaled times (an approval journaled late is refused there as well).
+            now = self._clock_ms()
+            if now > expires:
+                raise ApprovalExpiredError(
+                    f"the approval window of step {step} of run {run_id} closed at {expires} "
+                    f"(now {now}); nothing was recorded. `tracelock resume {run_id}` ends the step "
+                    "DENIED [APPROVAL_EXPIRED]",
+                    details={"run": run_id, "step": step, "expires_ms": expires, "now_ms": now},
+                )
         RunJournal(self.store, run_id).approval(
             {"step": step, "decision": decision, "by": by, "reason": reason}
         )
@@ -679,6 +753,7 @@ class Engine:
             prefix=prefix,
             start_ms=record.entries[0].ts,
             policy=self.policy_of(record),
+            daily=RunDaily.from_start(run_id, record.start) if self.environment.ledger is not None else None,
         )
         ctx = RunContext(pipeline, input=record.input, annotations=record.annotations)
         try:

@@ -3,8 +3,9 @@ deadline passes, so that a tool call under a timeout needs no thread hand-off.
 
 A call arms its thread's deadline before the tool starts and disarms it when the tool
 returns; arming and disarming are a few dictionary operations under a lock, and the watchdog
-is woken only when a new deadline is earlier than the one it sleeps towards (so, with the
-default 30 s timeout, about once per 30 s, not once per call). When a deadline passes while
+is woken only when a new deadline is earlier than the time it sleeps until (so, with the
+default 30 s timeout, about once per 30 s, not once per call: with nothing armed it still
+sleeps until the latest deadline it has seen). When a deadline passes while
 its call is still armed, the watchdog ends the tool with :class:`ToolDeadline`, a
 ``BaseException`` (like ``KeyboardInterrupt``: a tool's ``except Exception`` does not swallow
 it, its ``finally`` blocks run):
@@ -72,6 +73,10 @@ class Watchdog:
         self._wake = threading.Event()
         self._deadlines: dict[_Slot, float] = {}
         self._planned = math.inf
+        #: The latest deadline ever armed: with nothing armed, the watchdog still sleeps until
+        #: it, so that calls armed meanwhile with the same timeout never wake it (a wake per
+        #: call would cost a thread switch per call, the hand-off this module replaces).
+        self._latest = -math.inf
         self._thread: threading.Thread | None = None
         self._local = threading.local()
         self._main_slot: _Slot | None = None
@@ -122,6 +127,8 @@ class Watchdog:
             slot.fired = slot.delivered = slot.asynced = False
             slot.armed = True
             self._deadlines[slot] = deadline
+            if deadline > self._latest:
+                self._latest = deadline
             if deadline < self._planned:
                 self._planned = deadline
                 if self._thread is None:
@@ -157,6 +164,8 @@ class Watchdog:
                         self._fire(slot)
                     else:
                         planned = min(planned, deadline)
+                if planned == math.inf and self._latest > now:
+                    planned = self._latest
                 self._planned = planned
                 self._wake.clear()
             self._wake.wait(None if planned == math.inf else planned - now)

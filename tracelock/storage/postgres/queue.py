@@ -384,11 +384,13 @@ class PostgresQueue:
                 woken = True
             return woken
         except (psycopg.Error, QueueError):
-            # The server went away: the caller polls again after its backoff.
+            # The server went away: sleep out the timeout (the caller's backoff), then the
+            # caller polls again and the next wait listens on a new connection.
             if self._listener is not None:
                 with suppress(Exception):
                     self._listener.close()
             self._listener = None
+            threading.Event().wait(timeout)
             return False
 
     def close(self) -> None:

@@ -1,0 +1,58 @@
+"""The daily budgets' ledger in the store (see :mod:`tracelock.runtime.policy.daily`).
+
+Each run under daily budgets writes a ``budget.spend`` entry of the ``tracelock:admin``
+chain when it starts (counting it in its day), when it waits (approval, blocked) and when
+it ends, with its cumulative counters: ``{"v": 1, "run", "day", "agent", "tenant",
+"usage": {"runs", "llm_calls", "tokens", "cost_micro_usd", "effects"}}``. A runtime folds
+them into its :class:`DailyLedger` when it opens and, paced, before a run starts and
+before each step it authorizes under daily budgets; it reads only what was appended since
+its last look.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracelock.core.entry import ADMIN_RUN
+from tracelock.runtime.policy.daily import SPEND_KIND, DailyLedger, RunDaily
+from tracelock.storage.backend import Store
+from tracelock.storage.errors import RunNotFoundError
+
+__all__ = ["refresh_ledger", "write_spend"]
+
+
+def refresh_ledger(store: Store, ledger: DailyLedger) -> None:
+    """Fold the admin chain's spend entries the ledger has not seen yet into it."""
+    try:
+        info = store.run_info(ADMIN_RUN)
+    except RunNotFoundError:
+        return
+    if info.last_seq <= ledger.seen:
+        return
+    if ledger.seen < 0:
+        entries: Any = store.entries(ADMIN_RUN)
+    else:
+        entries = (entry for entry in store.iter_entries(ledger.seen + 1) if entry.run == ADMIN_RUN)
+    for entry in entries:
+        if entry.seq <= ledger.seen:
+            continue
+        doc: Any = None
+        if entry.kind == SPEND_KIND and entry.payload is not None:
+            doc = store.get_payload(entry.payload)
+        ledger.apply(entry.seq, entry.kind, doc if isinstance(doc, dict) else {})
+
+
+def write_spend(store: Store, ledger: DailyLedger, daily: RunDaily, usage: dict[str, int]) -> None:
+    """Journal a run's cumulative counters in the admin chain (not durable by itself: the
+    run's next durable entry, its state change or end, covers it) and note them."""
+    counters = {"runs": 1} | {name: usage.get(name, 0) for name in ("llm_calls", "tokens", "cost_micro_usd", "effects")}
+    doc = {
+        "v": 1,
+        "run": daily.run_id,
+        "day": daily.day,
+        "agent": daily.agent,
+        "tenant": daily.tenant,
+        "usage": counters,
+    }
+    store.append(ADMIN_RUN, SPEND_KIND, payload=doc, durable=False)
+    ledger.note(daily.run_id, daily.day, daily.agent, daily.tenant, counters)
