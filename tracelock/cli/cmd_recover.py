@@ -19,10 +19,16 @@ from tracelock.errors import UsageError
 @click.command("recover")
 @click.option("--policy", type=click.Path(path_type=Path, dir_okay=False), help="Policy for runs recorded without one in the store.")
 @click.option("--sandbox", type=click.Path(path_type=Path, file_okay=False), help="Sandbox root.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also continue runs still `running` while another process runs agents on the store "
+    "(by default they are left alone: that process may be executing them).",
+)
 @store_option
 @json_option
 @reports_errors
-def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path, as_json: bool) -> None:
+def recover_command(policy: Path | None, sandbox: Path | None, force: bool, store_path: Path, as_json: bool) -> None:
     """Continue every unfinished run from its journal.
 
     Recorded results are reused; unfinished read-only and idempotent effects are re-run (the
@@ -30,12 +36,14 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
     run until `tracelock resolve`. Exit 1 if a run could not be continued (its code is gone
     or diverged); blocked and waiting runs are reported, not failures. An unfinished write
     the store cut when it opened is reported (offset, bytes, where the copy went); damage
-    that is not one is refused (exit 2, JOURNAL_CORRUPT) and nothing is cut or re-run."""
+    that is not one is refused (exit 2, JOURNAL_CORRUPT) and nothing is cut or re-run.
+    While another process runs agents on the store, runs still `running` are left alone and
+    reported (that process may be executing them), unless --force."""
     toolkits = toolkits_for_runs(store_path, None)
     with runtime_for(store_path, policy=policy, toolkits=toolkits, sandbox=sandbox) as runtime, Progress(
         "recover", "unfinished runs"
     ) as bar:
-        report = runtime.recover(progress=lambda done, total: bar.update(done, total))
+        report = runtime.recover(progress=lambda done, total: bar.update(done, total), force=force)
     document = {"ok": not report.errors} | report.to_dict()
 
     def text() -> str:
@@ -55,6 +63,8 @@ def recover_command(policy: Path | None, sandbox: Path | None, store_path: Path,
                 detail = f"step {row.get('waiting_step')}: {row.get('reason')}"
             if row.get("error_kind"):
                 detail = f"{row['error_kind']}: {row.get('reason')}"
+            if not detail and row.get("reason"):
+                detail = str(row["reason"])  # left alone: the queue's, or maybe a live process's
             rows.append([str(row["run"]), str(row["from"]), str(row["to"]), detail])
         lines.extend(table(["RUN", "FROM", "TO", "DETAIL"], rows))
         return "\n".join(lines)

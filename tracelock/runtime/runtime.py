@@ -76,12 +76,13 @@ class Runtime(Engine):
         """Re-execute the agent's current code against the recorded run (writes nothing)."""
         return replay_run(self, run_id, agent)
 
-    def recover(self, *, progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
+    def recover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
         """Continue every unfinished run that needs no human (see :mod:`recovery`); runs the
-        run queue holds are left to its workers."""
+        run queue holds are left to its workers, and runs still ``running`` while another
+        runtime is present on the store are left alone unless ``force``."""
         backend = existing_queue(self.store)
         if backend is None:
-            return recover_runs(self, progress=progress)
+            return recover_runs(self, progress=progress, force=force)
 
         def queued(run_id: str) -> str | None:
             item = backend.item(run_id)
@@ -89,7 +90,7 @@ class Runtime(Engine):
                 return None
             return f"held by the run queue ({item.state}): its workers continue it"
 
-        return recover_runs(self, progress=progress, skip=queued)
+        return recover_runs(self, progress=progress, skip=queued, force=force)
 
     def resolve(
         self,

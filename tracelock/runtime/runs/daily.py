@@ -15,27 +15,15 @@ from typing import Any
 
 from tracelock.core.entry import ADMIN_RUN
 from tracelock.runtime.policy.daily import SPEND_KIND, DailyLedger, RunDaily
+from tracelock.runtime.runs.admin_feed import admin_entries_after
 from tracelock.storage.backend import Store
-from tracelock.storage.errors import RunNotFoundError
 
 __all__ = ["refresh_ledger", "write_spend"]
 
 
 def refresh_ledger(store: Store, ledger: DailyLedger) -> None:
     """Fold the admin chain's spend entries the ledger has not seen yet into it."""
-    try:
-        info = store.run_info(ADMIN_RUN)
-    except RunNotFoundError:
-        return
-    if info.last_seq <= ledger.seen:
-        return
-    if ledger.seen < 0:
-        entries: Any = store.entries(ADMIN_RUN)
-    else:
-        entries = (entry for entry in store.iter_entries(ledger.seen + 1) if entry.run == ADMIN_RUN)
-    for entry in entries:
-        if entry.seq <= ledger.seen:
-            continue
+    for entry in admin_entries_after(store, ledger.seen):
         doc: Any = None
         if entry.kind == SPEND_KIND and entry.payload is not None:
             doc = store.get_payload(entry.payload)

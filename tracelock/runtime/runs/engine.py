@@ -54,8 +54,9 @@ from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
 from tracelock.storage.defaults import wall_clock_ms
-from tracelock.storage.errors import RunNotFoundError, StoreFormatError, StorePermissionError
+from tracelock.storage.errors import RunNotFoundError, StoreError, StoreFormatError, StorePermissionError
 from tracelock.storage.open import open_store
+from tracelock.storage.presence import Presence, announce
 
 __all__ = [
     "ApprovalExpiredError",
@@ -280,6 +281,15 @@ class Engine:
         if self.policy.has_daily_budgets:
             self.environment.ledger = self.ledger
             refresh_ledger(self.store, self.ledger)
+        #: This runtime's mark on the store while it lives, so that a recovery in another
+        #: process does not take over runs it may be executing (:mod:`tracelock.storage.presence`).
+        self._presence: Presence | None = None
+        if not self.store.read_only:
+            try:
+                token = os.urandom(6).hex()  # tracelock: allow TL-RAND-004 -- names a lock file, decides nothing
+                self._presence = announce(self.store, token, os.getpid())  # tracelock: allow TL-ENV-002 -- names a lock file for operators, decides nothing
+            except (OSError, StoreError):
+                self._presence = None  # a store it cannot mark (read-only files): recovery elsewhere cannot see it
 
     # -- registration ------------------------------------------------------------------
     @property
@@ -780,6 +790,9 @@ class Engine:
         return policy
 
     def close(self) -> None:
+        if self._presence is not None:
+            self._presence.release()
+            self._presence = None
         self._tool_invoker.close()
         self._tool_pool.shutdown(wait=False, cancel_futures=True)
         self._gather_pool.shutdown(wait=False, cancel_futures=True)

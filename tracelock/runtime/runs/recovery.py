@@ -17,6 +17,7 @@ from tracelock.runtime.errors import AgentDefinitionError, DivergenceError, RunS
 from tracelock.runtime.pipeline.codes import OPERATOR_RESOLVED_FAILURE
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
+from tracelock.storage.presence import others_present
 
 if TYPE_CHECKING:
     from tracelock.runtime.runs.engine import Engine
@@ -62,11 +63,34 @@ def recover_runs(
     *,
     progress: Callable[[int, int], None] | None = None,
     skip: Callable[[str], str | None] | None = None,
+    force: bool = False,
 ) -> RecoveryReport:
     """``skip(run)`` names why a run is someone else's to continue (the run queue's
-    workers), or None."""
+    workers), or None.
+
+    A run still ``running`` may be a run another live process is executing, not one a crash
+    left: continuing it here would run its next effects twice. While another runtime is
+    present on the store (:func:`tracelock.storage.presence.others_present`), such runs are
+    left alone and reported, unless ``force`` (the operator knows those processes run other
+    agents, or are stuck). Runs waiting on a human, or approved, are not being executed by
+    anyone and are continued as usual."""
     report = RecoveryReport(repairs=[repair.to_dict() for repair in runtime.store.repairs])
     unfinished = [info for info in runtime.store.runs() if info.status not in TERMINAL_STATES]
+    others = [] if force else others_present(runtime.store, runtime._presence)
+    if others:
+        kept = []
+        for info in unfinished:
+            if info.status == "running":
+                report.runs.append({
+                    "run": info.run, "agent": info.agent, "from": info.status, "to": info.status,
+                    "reason": (
+                        f"may be executing in a live process ({', '.join(others)}): recover it once that "
+                        "process has stopped, or with --force if it runs other agents"
+                    ),
+                })
+            else:
+                kept.append(info)
+        unfinished = kept
     if skip is not None:
         kept = []
         for info in unfinished:

@@ -19,8 +19,8 @@ from typing import Any
 from tracelock.core.entry import ADMIN_RUN
 from tracelock.runtime.errors import RunStateError
 from tracelock.runtime.policy.stops import LIFT_KIND, STOP_KIND, Stop, StopBoard, stop_target
+from tracelock.runtime.runs.admin_feed import admin_entries_after
 from tracelock.storage.backend import Store
-from tracelock.storage.errors import RunNotFoundError
 
 __all__ = ["StopNotFoundError", "StopWatch", "refresh_stops", "set_stop", "lift_stop"]
 
@@ -37,15 +37,7 @@ class StopNotFoundError(RunStateError):
 
 def refresh_stops(store: Store, board: StopBoard) -> None:
     """Fold the admin chain's entries the board has not seen yet into it."""
-    try:
-        info = store.run_info(ADMIN_RUN)
-    except RunNotFoundError:
-        return
-    if info.last_seq <= board.seen:
-        return
-    for entry in store.entries(ADMIN_RUN):
-        if entry.seq <= board.seen:
-            continue
+    for entry in admin_entries_after(store, board.seen):
         doc: Any = None
         if entry.kind in (STOP_KIND, LIFT_KIND) and entry.payload is not None:
             doc = store.get_payload(entry.payload)

@@ -834,6 +834,16 @@ class PostgresStore:
         """Serialize the signers of this store's checkpoints (any process, any machine): a
         session advisory lock, held on a connection of its own (a signer reads through the
         pool meanwhile, which may have a single connection)."""
+        session = self.hold_advisory_lock(_CHECKPOINT_LOCK, shared=False)
+        try:
+            yield
+        finally:
+            self.release_advisory_lock(session)
+
+    def hold_advisory_lock(self, key: int, *, shared: bool) -> Any:
+        """Take the session advisory lock ``key`` (waiting for it) on a connection of its
+        own, and return that session: the lock lasts until :meth:`release_advisory_lock`, or
+        until the session ends with its process."""
         self._check_open()
         psycopg = self._psycopg
         options: dict[str, Any] = {"autocommit": True}
@@ -842,15 +852,33 @@ class PostgresStore:
         conn = None
         try:
             conn = psycopg.connect(self._url, **options)
-            conn.execute("SELECT pg_advisory_lock(%s)", (_CHECKPOINT_LOCK,))
+            conn.execute("SELECT pg_advisory_lock_shared(%s)" if shared else "SELECT pg_advisory_lock(%s)", (key,))
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
-            raise self._translate(exc, "cannot lock the checkpoints of") from None
+            raise self._translate(exc, "cannot take an advisory lock of") from None
+        return (conn, key, shared)
+
+    def release_advisory_lock(self, session: Any) -> None:
+        """Give the lock back, then end its session. Unlocking first makes the release
+        synchronous: the server ends a closed session's backend (and drops its locks) only
+        some time after the client has gone."""
+        conn, key, shared = session
         try:
-            yield
+            conn.execute("SELECT pg_advisory_unlock_shared(%s)" if shared else "SELECT pg_advisory_unlock(%s)", (key,))
+        except self._psycopg.Error:
+            pass  # the session is gone already, and its locks with it
         finally:
-            conn.close()  # ends the session, and with it the lock
+            conn.close()
+
+    def advisory_lock_free(self, key: int) -> bool:
+        """Whether no session holds the advisory lock ``key`` (shared or not): it is taken
+        and given back at once."""
+        with self._connection("cannot look at the advisory locks of") as conn:
+            (taken,) = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if taken:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return bool(taken)
 
     def checkpoint_numbers(self) -> list[int]:
         return [int(number) for (number,) in self._all("SELECT number FROM tracelock_checkpoints ORDER BY number")]
