@@ -1314,20 +1314,25 @@ class DirectoryStore:
             self._payloads.popitem(last=False)
             self._payloads_complete = False
 
-    def _payload_location(self, digest: bytes) -> tuple[int, int] | None:
+    def _payload_location(self, digest: bytes, *, reading: bool = False) -> tuple[int, int] | None:
+        """Where a payload's record is (None: not stored). ``reading``: a read of one payload,
+        which queries the index at once rather than first building the filter of every
+        payload hash (that filter pays for itself only over a writer's many lookups of new
+        payloads; building it for one read made a handle's first such read linear in the
+        store)."""
         location = self._payloads.get(digest)
         if location is not None:
             self._payloads.move_to_end(digest)
             return location
         if self._payloads_complete:
             return None
-        if self._filter is None:
+        if self._filter is None and not reading:
             with self._index_lock:
                 self._filter = PayloadFilter(self._index.payload_count() * 2)
                 self._filter.update(self._index.payload_hashes())
                 self._filter.update(row[0] for _, row in self._pending.payloads)
                 self._filter.update(self._payloads)
-        if not self._filter.may_contain(digest):
+        if self._filter is not None and not self._filter.may_contain(digest):
             return None
         with self._index_lock:
             location = self._index.payload_location(digest)
@@ -1513,7 +1518,7 @@ class DirectoryStore:
     def payload_state(self, digest: str) -> str:
         self._prepare_read()
         with self._lock:
-            location = self._payload_location(bytes.fromhex(digest))
+            location = self._payload_location(bytes.fromhex(digest), reading=True)
         if location is None:
             return "missing"
         head = self._file.pread(1, location[0])
@@ -1590,7 +1595,7 @@ class DirectoryStore:
             found = self._run_payload_record(raw)
         if found is None:
             with self._lock:
-                location = self._payload_location(raw)
+                location = self._payload_location(raw, reading=True)
             if location is None:
                 raise PayloadMissingError(
                     f"payload {digest} is not in the store", details={"payload": digest}
