@@ -156,7 +156,19 @@ class Store(Protocol):
         """Number of entries in the journal."""
         ...
 
-    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]: ...
+    def runs(
+        self,
+        *,
+        limit: int | None = None,
+        status: str | None = None,
+        offset: int = 0,
+        agent: str | None = None,
+        text: str | None = None,
+    ) -> list[RunInfo]:
+        """Runs (never the admin chain), newest first (start time, then journal position),
+        skipping ``offset``; ``agent``: whose agent name contains it, ``text``: whose run id,
+        agent or parent contains it (both case-insensitive)."""
+        ...
 
     def run_info(self, run: str) -> RunInfo: ...
 

@@ -1410,11 +1410,20 @@ class DirectoryStore:
         with self._index_lock:
             return self._index.entry_count
 
-    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]:
+    def runs(
+        self,
+        *,
+        limit: int | None = None,
+        status: str | None = None,
+        offset: int = 0,
+        agent: str | None = None,
+        text: str | None = None,
+    ) -> list[RunInfo]:
         self._prepare_read()
         with self._index_lock:
-            rows = self._index.runs(limit=limit, status=status)
-        return [row for row in rows if row.run != ADMIN_RUN]
+            return self._index.runs(
+                limit=limit, status=status, offset=offset, agent=agent, text=text, exclude=ADMIN_RUN
+            )
 
     def run_info(self, run: str) -> RunInfo:
         self._prepare_read()

@@ -285,19 +285,39 @@ class Index:
                 known[str(run)] = int(row_id)
         return known
 
-    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]:
-        """Runs, newest first (by start time, then journal position)."""
-        query = (
-            f"SELECT {_RUN_INFO_COLUMNS} FROM runs"
-        )
+    def runs(
+        self,
+        *,
+        limit: int | None = None,
+        status: str | None = None,
+        offset: int = 0,
+        agent: str | None = None,
+        text: str | None = None,
+        exclude: str | None = None,
+    ) -> list[RunInfo]:
+        """Runs, newest first (by start time, then journal position); see ``Store.runs``."""
+        where: list[str] = []
         args: list[Any] = []
+        if exclude is not None:
+            where.append("run <> ?")
+            args.append(exclude)
         if status is not None:
-            query += " WHERE status = ?"
+            where.append("status = ?")
             args.append(status)
-        query += " ORDER BY started_ts DESC, first_seq DESC"
-        if limit is not None:
-            query += " LIMIT ?"
-            args.append(limit)
+        if agent:
+            where.append("instr(lower(coalesce(agent, '')), ?) > 0")
+            args.append(agent.lower())
+        if text:
+            where.append(
+                "(instr(lower(run), ?) > 0 OR instr(lower(coalesce(agent, '')), ?) > 0"
+                " OR instr(lower(coalesce(parent, '')), ?) > 0)"
+            )
+            args.extend([text.lower()] * 3)
+        query = f"SELECT {_RUN_INFO_COLUMNS} FROM runs"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY started_ts DESC, first_seq DESC LIMIT ? OFFSET ?"
+        args.extend([-1 if limit is None else limit, max(0, offset)])
         return [RunInfo(*row) for row in self._db.execute(query, args)]
 
     def run(self, run: str) -> RunInfo | None:

@@ -674,16 +674,36 @@ class PostgresStore:
         row = self._one("SELECT next_seq FROM tracelock_head WHERE id = 1")
         return 0 if row is None else int(row[0])
 
-    def runs(self, *, limit: int | None = None, status: str | None = None) -> list[RunInfo]:
+    def runs(
+        self,
+        *,
+        limit: int | None = None,
+        status: str | None = None,
+        offset: int = 0,
+        agent: str | None = None,
+        text: str | None = None,
+    ) -> list[RunInfo]:
         query = f"SELECT {_RUN_COLUMNS} FROM tracelock_runs WHERE run <> %s"
         args: list[Any] = [ADMIN_RUN]
         if status is not None:
             query += " AND status = %s"
             args.append(status)
+        if agent:
+            query += " AND strpos(lower(coalesce(agent, '')), %s) > 0"
+            args.append(agent.lower())
+        if text:
+            query += (
+                " AND (strpos(lower(run), %s) > 0 OR strpos(lower(coalesce(agent, '')), %s) > 0"
+                " OR strpos(lower(coalesce(parent, '')), %s) > 0)"
+            )
+            args.extend([text.lower()] * 3)
         query += " ORDER BY started_ts DESC, first_seq DESC"
         if limit is not None:
             query += " LIMIT %s"
             args.append(limit)
+        if offset > 0:
+            query += " OFFSET %s"
+            args.append(offset)
         return [RunInfo(*row) for row in self._all(query, tuple(args))]
 
     def run_info(self, run: str) -> RunInfo:

@@ -1,11 +1,12 @@
 """The runs list: one page of runs, newest first, filtered, from the store's run index.
 
-A page never loads every run. The index answers "the newest N runs (in this state)" in one
-query (``Store.runs``), so a page asks for just enough rows: with only a status filter,
-exactly the rows up to the end of the page; with an agent, outcome or text filter, growing
-windows of the newest runs (a small one, then :data:`SCAN_LIMIT`) until the page is full,
-examining at most :data:`SCAN_LIMIT` runs (the page then says how far it looked). Only the rows shown (and, for an outcome
-filter, the runs examined) have their ``run.end`` read, for outcome, code and fingerprint.
+A page never loads every run. The store's run listing (``Store.runs``) answers the status,
+agent and text filters itself, newest first and with an offset, so a page reads exactly its
+rows, however deep. Only an outcome filter needs each run's ``run.end``: it reads growing
+windows of the listing (a small one, then larger) until the page is full, examining at most
+:data:`SCAN_LIMIT` runs (the page then says how far it looked). Only the rows shown (and,
+for an outcome filter, the runs examined) have their ``run.end`` read, for outcome, code and
+fingerprint.
 
 An outcome filter narrows the query by state first: a run ends ``completed`` exactly when
 its outcome is ``SUCCESS`` and ``failed`` otherwise (``tracelock.runtime.runs.engine``).
@@ -54,11 +55,6 @@ class RunFilters:
             outcome=outcome if outcome in OUTCOMES else "",
             text=query.get("q", "").strip()[:200],
         )
-
-    @property
-    def index_only(self) -> bool:
-        """Whether the index alone decides which runs match."""
-        return not (self.agent or self.outcome or self.text)
 
     def query_status(self) -> str | None:
         """The state to ask the index for."""
@@ -142,34 +138,24 @@ def run_end(store: Store, info: RunInfo) -> RunEnd:
     return RunEnd(outcome=text("outcome"), code=text("code"), fingerprint=text("fingerprint"))
 
 
-def _cheap_match(info: RunInfo, filters: RunFilters) -> bool:
-    """The filters the index row answers: agent and text (run id, agent, parent)."""
-    agent = (info.agent or "").lower()
-    if filters.agent and filters.agent.lower() not in agent:
-        return False
-    if filters.text:
-        needle = filters.text.lower()
-        haystack = (info.run.lower(), agent, (info.parent or "").lower())
-        if not any(needle in value for value in haystack):
-            return False
-    return True
-
-
 def runs_page(store: Store, filters: RunFilters, page: int = 1, per_page: int = PER_PAGE) -> RunsPage:
     """Page ``page`` (from 1) of the runs matching ``filters``, newest first."""
     page = max(1, page)
     skip = (page - 1) * per_page
     wanted = skip + per_page + 1  # one more than the page: is there a next page?
     status = filters.query_status()
-    if filters.index_only:
-        infos = store.runs(limit=wanted, status=status)
-        shown = infos[skip : skip + per_page]
+    # Status, agent and text are answered by the store's run listing itself (exact, with an
+    # offset); only the outcome needs each run's end, so only that filter scans.
+    listed = {"status": status, "agent": filters.agent or None, "text": filters.text or None}
+    if not filters.outcome:
+        infos = store.runs(limit=per_page + 1, offset=skip, **listed)
+        shown = infos[:per_page]
         return RunsPage(
             rows=[RunRow(info, run_end(store, info)) for info in shown],
             page=page,
             per_page=per_page,
-            has_next=len(infos) > skip + per_page,
-            examined=len(infos),
+            has_next=len(infos) > per_page,
+            examined=skip + len(infos),
             filters=filters,
         )
     matches: list[RunRow] = []
@@ -177,21 +163,18 @@ def runs_page(store: Store, filters: RunFilters, page: int = 1, per_page: int = 
     window = max(_FIRST_WINDOW, wanted * 2)
     exhausted = False
     while len(matches) < wanted and not exhausted and examined < SCAN_LIMIT:
-        window = min(window, SCAN_LIMIT)
-        infos = store.runs(limit=window, status=status)
+        window = min(window, SCAN_LIMIT - examined)
+        infos = store.runs(limit=window, offset=examined, **listed)
         exhausted = len(infos) < window
-        for info in infos[examined:]:
+        for info in infos:
             examined += 1
-            if not _cheap_match(info, filters):
-                continue
             end = run_end(store, info)
-            if filters.outcome and end.outcome != filters.outcome:
+            if end.outcome != filters.outcome:
                 continue
             matches.append(RunRow(info, end))
             if len(matches) >= wanted:
                 break
-        # The index has no offset: each window reads the newest runs again. After the
-        # first, go straight to the limit, so that a rare match costs one large read.
+        # After the first window, read larger ones, so that a rare match costs few reads.
         window = SCAN_LIMIT
     return RunsPage(
         rows=matches[skip : skip + per_page],
