@@ -21,6 +21,8 @@ __all__ = [
     "value_hash",
     "effect_projection",
     "run_projection",
+    "PROJECTED_KINDS",
+    "projection_of_documents",
     "fingerprint",
 ]
 
@@ -104,6 +106,54 @@ def run_projection(
         "outcome": outcome,
         "code": code,
     }
+
+
+#: The entry kinds whose payloads a fingerprint is recomputed from (docs/spec.md 5.4).
+PROJECTED_KINDS = frozenset({"run.start", "effect", "effect.intent", "effect.result", "route", "run.end"})
+
+
+def projection_of_documents(
+    documents: Iterable[tuple[str, Mapping[str, Any]]],
+    digest: Callable[[Any], str] = value_hash,
+) -> dict[str, Any] | None:
+    """The projection of a run from its ``(kind, payload document)`` pairs of the
+    :data:`PROJECTED_KINDS`, in journal order (docs/spec.md 5.4: an ``effect.result``
+    completes the pending intent of its step; the last complete document of a step is its
+    effect); None when the run has not ended. A document that lacks a member the projection
+    needs raises ``KeyError`` or ``TypeError``: the caller says what that means."""
+    start: Mapping[str, Any] | None = None
+    end: Mapping[str, Any] | None = None
+    effects: dict[Any, Mapping[str, Any]] = {}
+    pending: dict[Any, Mapping[str, Any]] = {}
+    routing: list[Mapping[str, Any]] = []
+    for kind, doc in documents:
+        if kind == "run.start":
+            start = doc
+        elif kind == "effect":
+            effects[doc["step"]] = doc
+        elif kind == "effect.intent":
+            pending[doc["step"]] = doc
+        elif kind == "effect.result":
+            merged = dict(pending.pop(doc["step"], {"step": doc["step"]}))
+            merged.update({key: value for key, value in doc.items() if key != "step"})
+            effects[doc["step"]] = merged
+        elif kind == "route":
+            routing.append(doc)
+        elif kind == "run.end":
+            end = doc
+    if start is None or end is None:
+        return None
+    return run_projection(
+        agent=start["agent"],
+        input=start.get("input"),
+        policy_hash=start.get("policy"),
+        effects=[effects[step] for step in sorted(effects)],
+        routing=routing,
+        output=end.get("output"),
+        outcome=end["outcome"],
+        code=end.get("code"),
+        digest=digest,
+    )
 
 
 def fingerprint(projection: Mapping[str, Any]) -> str:

@@ -28,7 +28,12 @@ from tracelock.core.entry import (
     EntryFormatError,
     parse_entry,
 )
-from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
+from tracelock.core.fingerprint import (
+    PROJECTED_KINDS,
+    fingerprint,
+    projection_of_documents,
+    value_hash,
+)
 from tracelock.core.hashing import is_hex_digest
 from tracelock.core.merkle import leaf_hash
 from tracelock.errors import EvidenceError, ProofError
@@ -378,50 +383,19 @@ def _digest(value: Any) -> str:
         raise _Unavailable("a redacted value is needed whole") from None
 
 
-_FINGERPRINT_KINDS = frozenset({"run.start", "effect", "effect.intent", "effect.result", "route", "run.end"})
-
-
 def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
     """The fingerprint of a run from its entries; ``docs`` maps seq to the payload document
     (with :class:`_Hidden` members for redacted fields; absent when wholly redacted)."""
-    start: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    effects: dict[Any, dict[str, Any]] = {}
-    pending: dict[Any, dict[str, Any]] = {}
-    routing: list[Any] = []
+    documents = []
     for entry in entries:
-        if entry.kind not in _FINGERPRINT_KINDS:
+        if entry.kind not in PROJECTED_KINDS:
             continue
         if entry.seq not in docs:
             raise _Unavailable(f"the payload of entry {entry.i} ({entry.kind}) is redacted")
-        doc = docs[entry.seq]
-        if entry.kind == "run.start":
-            start = doc
-        elif entry.kind == "effect":
-            effects[doc["step"]] = doc
-        elif entry.kind == "effect.intent":
-            pending[doc["step"]] = doc
-        elif entry.kind == "effect.result":
-            merged = dict(pending.pop(doc["step"], {"step": doc["step"]}))
-            merged.update({k: v for k, v in doc.items() if k != "step"})
-            effects[doc["step"]] = merged
-        elif entry.kind == "route":
-            routing.append(doc)
-        else:
-            end = doc
-    if start is None or end is None:
+        documents.append((entry.kind, docs[entry.seq]))
+    projection = projection_of_documents(documents, _digest)
+    if projection is None:
         raise KeyError("run.start or run.end")
-    projection = run_projection(
-        agent=start["agent"],
-        input=start.get("input"),
-        policy_hash=start.get("policy"),
-        effects=[effects[step] for step in sorted(effects)],
-        routing=routing,
-        output=end.get("output"),
-        outcome=end["outcome"],
-        code=end.get("code"),
-        digest=_digest,
-    )
     try:
         return fingerprint(projection)
     except CanonicalError:

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracelock.core.canonical import CanonicalError
-from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
-from tracelock.runtime.records import _redaction_copy, merge_effect
+from tracelock.core.fingerprint import (
+    PROJECTED_KINDS,
+    fingerprint,
+    projection_of_documents,
+    value_hash,
+)
+from tracelock.runtime.records import _redaction_copy
 from tracelock.storage.backend import Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
 __all__ = ["FingerprintCheck", "recompute_fingerprint"]
-
-_KINDS = frozenset({"run.start", "effect", "effect.intent", "effect.result", "route", "run.end"})
-
 
 @dataclass
 class FingerprintCheck:
@@ -99,50 +101,23 @@ def recompute_fingerprint(store: Store, run_id: str) -> FingerprintCheck:
     """Recompute run ``run_id``'s fingerprint from its entries and compare it with the one
     its ``run.end`` records."""
     entries = store.entries(run_id)
-    start: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    effects: dict[Any, dict[str, Any]] = {}
-    pending: dict[Any, dict[str, Any]] = {}
-    routing: list[Any] = []
     recorded: str | None = None
     try:
+        documents: list[tuple[str, dict[str, Any]]] = []
         for entry in entries:
-            if entry.kind not in _KINDS or entry.payload is None:
+            if entry.kind not in PROJECTED_KINDS or entry.payload is None:
                 continue
             if entry.kind == "run.end":
                 try:
                     end_doc = store.get_payload(entry.payload)
                 except (PayloadRedactedError, PayloadMissingError):
-                    copy = _redaction_copy(store, entry.payload)
-                    end_doc = copy
+                    end_doc = _redaction_copy(store, entry.payload)
                 found = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
                 recorded = found if isinstance(found, str) else None
-            doc = _document(store, entry.payload)
-            if entry.kind == "run.start":
-                start = doc
-            elif entry.kind == "effect":
-                effects[doc["step"]] = doc
-            elif entry.kind == "effect.intent":
-                pending[doc["step"]] = doc
-            elif entry.kind == "effect.result":
-                effects[doc["step"]] = merge_effect(pending.pop(doc["step"], {"step": doc["step"]}), doc)
-            elif entry.kind == "route":
-                routing.append(doc)
-            else:
-                end = doc
-        if end is None or start is None:
+            documents.append((entry.kind, _document(store, entry.payload)))
+        projection = projection_of_documents(documents, _digest)
+        if projection is None:
             return FingerprintCheck(run_id, "not_ended", recorded, None, "the run has not ended")
-        projection = run_projection(
-            agent=start["agent"],
-            input=start.get("input"),
-            policy_hash=start.get("policy"),
-            effects=[effects[step] for step in sorted(effects)],
-            routing=routing,
-            output=end.get("output"),
-            outcome=end["outcome"],
-            code=end.get("code"),
-            digest=_digest,
-        )
         try:
             recomputed = fingerprint(projection)
         except CanonicalError:

@@ -54,7 +54,12 @@ from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
 from tracelock.storage.defaults import wall_clock_ms
-from tracelock.storage.errors import RunNotFoundError, StoreError, StoreFormatError, StorePermissionError
+from tracelock.storage.errors import (
+    RunNotFoundError,
+    StoreError,
+    StoreFormatError,
+    StorePermissionError,
+)
 from tracelock.storage.open import open_store
 from tracelock.storage.presence import Presence, announce
 
