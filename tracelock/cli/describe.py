@@ -67,6 +67,14 @@ def describe(entry: Entry, doc: Any) -> str:
         target = f"tool {doc.get('tool')}" if doc.get("tool") is not None else f"every {doc.get('class')} tool"
         verb = "stop" if kind == "stop.set" else "lift the stop on"
         return f"{verb} {target} by {doc.get('by')}: {doc.get('reason')}"
+    if kind == "budget.spend" and isinstance(doc, dict):
+        usage = doc.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        spent = ", ".join(f"{name} {value}" for name, value in sorted(usage.items()) if value)
+        tenant = f" (tenant {doc.get('tenant')})" if doc.get("tenant") else ""
+        return f"budget spend of run {doc.get('run')} on {doc.get('day')}, agent {doc.get('agent')}{tenant}: {spent or 'nothing'}"
+    if kind in ("policy.register", "provenance.register"):
+        return f"{kind.split('.')[0]} {entry.payload} kept for the runs that name it"
     if kind == "run.traceback" and isinstance(doc, dict):
         where = "the agent" if doc.get("step") is None else f"step {doc.get('step')} ({doc.get('where')})"
         return f"traceback of {where}: {doc.get('exception')}"
