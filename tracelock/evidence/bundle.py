@@ -236,27 +236,19 @@ def collect_bundle(
         if progress is not None:
             progress(len(summaries), len(runs))
     # The first register entry of each document (two writers may both have registered it).
-    registered: dict[str, Entry] = {}
-    described: dict[str, Entry] = {}
+    registered: dict[tuple[str, str], Entry] = {}
     for entry in admin:
         if entry.payload and entry.kind in (POLICY_KIND, PROVENANCE_KIND):
-            (registered if entry.kind == POLICY_KIND else described).setdefault(entry.payload, entry)
-    for policy in sorted(policies):
-        register = registered.get(policy)
-        if register is None:
-            raise ExportIncompleteError(
-                f"policy {policy} used by the runs has no policy.register entry in the store",
-                details={"policy": policy},
-            )
-        selected[register.seq] = register
-    for provenance in sorted(provenances):
-        register = described.get(provenance)
-        if register is None:
-            raise ExportIncompleteError(
-                f"provenance {provenance} named by the runs has no provenance.register entry in the store",
-                details={"provenance": provenance},
-            )
-        selected[register.seq] = register
+            registered.setdefault((entry.kind, entry.payload), entry)
+    for member, kind, named in (("policy", POLICY_KIND, policies), ("provenance", PROVENANCE_KIND, provenances)):
+        for digest in sorted(named):
+            register = registered.get((kind, digest))
+            if register is None:
+                raise ExportIncompleteError(
+                    f"{member} {digest} named by the runs has no {kind} entry in the store",
+                    details={member: digest},
+                )
+            selected[register.seq] = register
     # Redaction entries of every payload the bundle refers to (and, in turn, of theirs).
     while True:
         referenced = {e.payload for e in selected.values() if e.payload}

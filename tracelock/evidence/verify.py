@@ -30,9 +30,6 @@ from tracelock.core.entry import (
 )
 from tracelock.core.fingerprint import (
     PROJECTED_KINDS,
-    fingerprint,
-    projection_of_documents,
-    value_hash,
 )
 from tracelock.core.hashing import is_hex_digest
 from tracelock.core.merkle import leaf_hash
@@ -59,6 +56,11 @@ from tracelock.evidence.note import (
 )
 from tracelock.evidence.proofs import InclusionVerifier
 from tracelock.evidence.redaction import Redaction, parse_redaction
+from tracelock.runtime.replay.recompute import (
+    HiddenValue,
+    NotRecomputable,
+    fingerprint_of_documents,
+)
 from tracelock.storage.verify import claimed_position
 
 __all__ = [
@@ -363,43 +365,20 @@ class BundleReport:
 # Fingerprint recomputation (spec 5.4), with redaction copies
 
 
-@dataclass(frozen=True)
-class _Hidden:
-    """A redacted member: only the hash of its value is known."""
-
-    hash: str
-
-
-class _Unavailable(Exception):
-    pass
-
-
-def _digest(value: Any) -> str:
-    if isinstance(value, _Hidden):
-        return value.hash
-    try:
-        return value_hash(value)
-    except CanonicalError:
-        raise _Unavailable("a redacted value is needed whole") from None
-
-
 def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
     """The fingerprint of a run from its entries; ``docs`` maps seq to the payload document
-    (with :class:`_Hidden` members for redacted fields; absent when wholly redacted)."""
+    (with :class:`HiddenValue` members for redacted fields; absent when wholly redacted)."""
     documents = []
     for entry in entries:
         if entry.kind not in PROJECTED_KINDS:
             continue
         if entry.seq not in docs:
-            raise _Unavailable(f"the payload of entry {entry.i} ({entry.kind}) is redacted")
+            raise NotRecomputable(f"the payload of entry {entry.i} ({entry.kind}) is redacted")
         documents.append((entry.kind, docs[entry.seq]))
-    projection = projection_of_documents(documents, _digest)
-    if projection is None:
+    recomputed = fingerprint_of_documents(documents)
+    if recomputed is None:
         raise KeyError("run.start or run.end")
-    try:
-        return fingerprint(projection)
-    except CanonicalError:
-        raise _Unavailable("a redacted member is part of the projection itself") from None
+    return recomputed
 
 
 # ---------------------------------------------------------------------------------------
@@ -867,7 +846,7 @@ class _Verifier:
             assert redaction.copy is not None and redaction.fields is not None
             copy = dict(redaction.copy)
             for name in redaction.fields:
-                copy[name] = _Hidden(copy[name]["hash"])
+                copy[name] = HiddenValue(copy[name]["hash"])
             return "copy", copy, redaction
         return "redacted", None, records[-1]
 
@@ -985,7 +964,7 @@ class _Verifier:
             return report
         try:
             report.recomputed = _recompute(entries, docs)
-        except _Unavailable as exc:
+        except NotRecomputable as exc:
             report.fingerprint_status = "redacted"
             report.fingerprint_detail = f"not recomputable: {exc}"
             return report

@@ -374,23 +374,11 @@ class DirectoryStore:
             lookup=lambda run: self._known_head(run, start_seq, start),
             closed=lambda run: self._ended_before(run, start_seq),
         )
-        known: set[bytes] = set()
         rows: list[tuple[int, tuple[Entry, int]]] = []
         payload_rows: list[tuple[int, IndexedPayload]] = []
         end = start
-        records = scan_records(self._file, start, size)
         repaired = len(self._repairs)
-        for item in records:
-            if isinstance(item, tuple):
-                self._judge_tail(item[0], "torn tail: last record has no newline", records, checker, known, synced, size)
-                break
-            if _NUL in item.data:
-                self._judge_tail(item.offset, "NUL bytes inside a record", records, checker, known, synced, size)
-                break
-            problem = self._check_record(item, checker, known)
-            if problem is not None:
-                self._corrupt(item.offset, f"{problem}, in a complete record without NUL bytes", synced)
-                break
+        for item in self._sound_records(start, size, checker, synced):
             end = item.end
             if item.kind == ENTRY:
                 rows.append((end, (parse_entry(item.data), item.offset)))
@@ -613,24 +601,8 @@ class DirectoryStore:
         checker = ChainChecker(self._index.entry_count, lookup=self._index.head, closed=self._index.has_ended)
         entries: list[tuple[Entry, int]] = []
         payloads: list[IndexedPayload] = []
-        known: set[bytes] = set()
         end = start
-        records = scan_records(self._file, start, size)
-        for item in records:
-            if isinstance(item, tuple):
-                self._judge_tail(item[0], "torn tail: last record has no newline", records, checker, known, synced, size)
-                break
-            # No record holds a NUL byte, but free space does: blocks of a write that never
-            # reached the disk read back as NULs.
-            if _NUL in item.data:
-                self._judge_tail(item.offset, "NUL bytes inside a record", records, checker, known, synced, size)
-                break
-            problem = self._check_record(item, checker, known)
-            if problem is not None:
-                # A complete line without NUL bytes is exactly what was written to it: no
-                # crash leaves one that is wrong.
-                self._corrupt(item.offset, f"{problem}, in a complete record without NUL bytes", synced)
-                break
+        for item in self._sound_records(start, size, checker, synced):
             end = item.end
             if item.kind == ENTRY:
                 entries.append((parse_entry(item.data), item.offset))
@@ -642,6 +614,31 @@ class DirectoryStore:
         if entries or payloads or end != self._index.journal_end:
             self._index.add(entries, payloads, journal_end=end)
         return end
+
+    def _sound_records(
+        self, start: int, size: int, checker: ChainChecker, synced: int | None
+    ) -> Iterator[Record]:
+        """The records from byte ``start`` that pass the journal's rules, in order. At the
+        first that does not, it is judged (section 3.5: an unfinished write is cut, anything
+        else is corruption and raises) and nothing more is yielded."""
+        known: set[bytes] = set()
+        records = scan_records(self._file, start, size)
+        for item in records:
+            if isinstance(item, tuple):
+                self._judge_tail(item[0], "torn tail: last record has no newline", records, checker, known, synced, size)
+                return
+            # No record holds a NUL byte, but free space does: blocks of a write that never
+            # reached the disk read back as NULs.
+            if _NUL in item.data:
+                self._judge_tail(item.offset, "NUL bytes inside a record", records, checker, known, synced, size)
+                return
+            problem = self._check_record(item, checker, known)
+            if problem is not None:
+                # A complete line without NUL bytes is exactly what was written to it: no
+                # crash leaves one that is wrong.
+                self._corrupt(item.offset, f"{problem}, in a complete record without NUL bytes", synced)
+                return
+            yield item
 
     def _judge_tail(
         self,

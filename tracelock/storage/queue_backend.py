@@ -57,6 +57,11 @@ class LeaseLostError(StoreError):
     code = "QUEUE_LEASE_LOST"
 
 
+#: The columns a queue item is read from (a queued-runs table aliased ``r``), in the order
+#: :meth:`QueueItem.from_row` takes them: the same on both backends.
+ITEM_COLUMNS = "r.run, r.queue, r.agent, r.input, r.state, r.attempts, r.enqueued_ms, r.idempotency_key, r.note"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueItem:
     """A queued run as the queue knows it."""
@@ -73,6 +78,22 @@ class QueueItem:
     #: or, in state ``error``, why no worker could run it.
     note: str | None = None
     worker: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], worker: str | None = None) -> QueueItem:
+        """An item from a row of :data:`ITEM_COLUMNS` (either backend's)."""
+        return cls(
+            run=str(row[0]),
+            queue=str(row[1]),
+            agent=str(row[2]),
+            input=bytes(row[3]),
+            state=str(row[4]),
+            attempts=int(row[5]),
+            enqueued_ms=int(row[6]),
+            idempotency_key=None if row[7] is None else str(row[7]),
+            note=None if row[8] is None else str(row[8]),
+            worker=worker,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -27,7 +27,14 @@ from typing import Any
 from tracelock.errors import StoreError
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.errors import StoreSchemaTooNewError
-from tracelock.storage.queue_backend import Claim, FenceBook, QueueError, QueueItem, lost
+from tracelock.storage.queue_backend import (
+    ITEM_COLUMNS,
+    Claim,
+    FenceBook,
+    QueueError,
+    QueueItem,
+    lost,
+)
 
 __all__ = ["DirectoryQueue", "QUEUE_FILE"]
 
@@ -54,22 +61,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 _VERSION = len(_MIGRATIONS)
-_ITEM = "r.run, r.queue, r.agent, r.input, r.state, r.attempts, r.enqueued_ms, r.idempotency_key, r.note"
 
-
-def _item(row: Sequence[Any], worker: str | None = None) -> QueueItem:
-    return QueueItem(
-        run=str(row[0]),
-        queue=str(row[1]),
-        agent=str(row[2]),
-        input=bytes(row[3]),
-        state=str(row[4]),
-        attempts=int(row[5]),
-        enqueued_ms=int(row[6]),
-        idempotency_key=row[7],
-        note=row[8],
-        worker=worker,
-    )
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -216,17 +208,17 @@ class DirectoryQueue:
     # -- submitting --------------------------------------------------------------------
     def enqueue(self, run: str, queue: str, agent: str, input: bytes, key: str | None) -> tuple[QueueItem, bool]:
         with self._write() as conn:
-            row = conn.execute(f"SELECT {_ITEM} FROM runs r WHERE run = ?", (run,)).fetchone()
+            row = conn.execute(f"SELECT {ITEM_COLUMNS} FROM runs r WHERE run = ?", (run,)).fetchone()
             if row is not None:
-                return _item(row), False
+                return QueueItem.from_row(row), False
             position = self._counter(conn, "position")
             conn.execute(
                 "INSERT INTO runs (run, queue, agent, input, idempotency_key, state, position, enqueued_ms) "
                 "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
                 (run, queue, agent, input, key, position, self._clock()),
             )
-            row = conn.execute(f"SELECT {_ITEM} FROM runs r WHERE run = ?", (run,)).fetchone()
-            return _item(row), True
+            row = conn.execute(f"SELECT {ITEM_COLUMNS} FROM runs r WHERE run = ?", (run,)).fetchone()
+            return QueueItem.from_row(row), True
 
     # -- taking runs -------------------------------------------------------------------
     def claim(
@@ -288,8 +280,8 @@ class DirectoryQueue:
                         "expires_ms = excluded.expires_ms",
                         (run, worker, token, now + lease_ms),
                     )
-                    row = conn.execute(f"SELECT {_ITEM} FROM runs r WHERE run = ?", (run,)).fetchone()
-                    claims.append(Claim(_item(row, worker), token, expired))
+                    row = conn.execute(f"SELECT {ITEM_COLUMNS} FROM runs r WHERE run = ?", (run,)).fetchone()
+                    claims.append(Claim(QueueItem.from_row(row, worker), token, expired))
         return claims
 
     def heartbeat(self, worker: str, held: dict[str, int], lease_ms: int) -> set[str]:
@@ -333,17 +325,17 @@ class DirectoryQueue:
     # -- reading -----------------------------------------------------------------------
     def item(self, run: str) -> QueueItem | None:
         rows = self._read(
-            f"SELECT {_ITEM}, l.worker FROM runs r LEFT JOIN leases l USING (run) WHERE r.run = ?", (run,)
+            f"SELECT {ITEM_COLUMNS}, l.worker FROM runs r LEFT JOIN leases l USING (run) WHERE r.run = ?", (run,)
         )
-        return _item(rows[0], rows[0][9]) if rows else None
+        return QueueItem.from_row(rows[0], rows[0][9]) if rows else None
 
     def items(self, *, queue: str | None = None, state: str | None = None, limit: int | None = None) -> list[QueueItem]:
         rows = self._read(
-            f"SELECT {_ITEM}, l.worker FROM runs r LEFT JOIN leases l USING (run) "
+            f"SELECT {ITEM_COLUMNS}, l.worker FROM runs r LEFT JOIN leases l USING (run) "
             "WHERE (? IS NULL OR r.queue = ?) AND (? IS NULL OR r.state = ?) ORDER BY r.position LIMIT ?",
             (queue, queue, state, state, -1 if limit is None else limit),
         )
-        return [_item(row, row[9]) for row in rows]
+        return [QueueItem.from_row(row, row[9]) for row in rows]
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

@@ -23,7 +23,7 @@ from tracelock.runtime.records import _redaction_copy
 from tracelock.storage.backend import Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
-__all__ = ["FingerprintCheck", "recompute_fingerprint"]
+__all__ = ["FingerprintCheck", "HiddenValue", "NotRecomputable", "fingerprint_of_documents", "hidden_digest", "recompute_fingerprint"]
 
 @dataclass
 class FingerprintCheck:
@@ -50,7 +50,7 @@ class FingerprintCheck:
         }
 
 
-class _Hidden:
+class HiddenValue:
     """A redacted member: only the hash of its value is known (not JSON: a projection that
     needs the value itself cannot be serialized)."""
 
@@ -60,17 +60,31 @@ class _Hidden:
         self.hash = digest
 
 
-class _Unavailable(Exception):
-    pass
+class NotRecomputable(Exception):
+    """A fingerprint needs a value a redaction removed."""
 
 
-def _digest(value: Any) -> str:
-    if isinstance(value, _Hidden):
+def hidden_digest(value: Any) -> str:
+    """``H(value)``, or the hash a redaction marker kept for a :class:`HiddenValue`."""
+    if isinstance(value, HiddenValue):
         return value.hash
     try:
         return value_hash(value)
     except CanonicalError:
-        raise _Unavailable("a redacted value is needed whole") from None
+        raise NotRecomputable("a redacted value is needed whole") from None
+
+
+def fingerprint_of_documents(documents: list[tuple[str, Any]]) -> str | None:
+    """The fingerprint of a run's ``(kind, document)`` pairs (redacted members as
+    :class:`HiddenValue`); None when the run has not ended. Raises
+    :class:`NotRecomputable` where a redaction took what the projection needs."""
+    projection = projection_of_documents(documents, hidden_digest)
+    if projection is None:
+        return None
+    try:
+        return fingerprint(projection)
+    except CanonicalError:
+        raise NotRecomputable("a redacted member is part of the projection itself") from None
 
 
 def _is_marker(value: Any) -> bool:
@@ -88,12 +102,12 @@ def _document(store: Store, digest: str) -> dict[str, Any]:
     except PayloadRedactedError:
         copy = _redaction_copy(store, digest)
         if copy is None:
-            raise _Unavailable(f"payload {digest} is wholly redacted") from None
-        return {key: _Hidden(value["hash"]) if _is_marker(value) else value for key, value in copy.items()}
+            raise NotRecomputable(f"payload {digest} is wholly redacted") from None
+        return {key: HiddenValue(value["hash"]) if _is_marker(value) else value for key, value in copy.items()}
     except PayloadMissingError:
-        raise _Unavailable(f"payload {digest} is missing") from None
+        raise NotRecomputable(f"payload {digest} is missing") from None
     if not isinstance(doc, dict):
-        raise _Unavailable(f"payload {digest} is not a JSON object")
+        raise NotRecomputable(f"payload {digest} is not a JSON object")
     return doc
 
 
@@ -115,14 +129,10 @@ def recompute_fingerprint(store: Store, run_id: str) -> FingerprintCheck:
                 found = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
                 recorded = found if isinstance(found, str) else None
             documents.append((entry.kind, _document(store, entry.payload)))
-        projection = projection_of_documents(documents, _digest)
-        if projection is None:
+        recomputed = fingerprint_of_documents(documents)
+        if recomputed is None:
             return FingerprintCheck(run_id, "not_ended", recorded, None, "the run has not ended")
-        try:
-            recomputed = fingerprint(projection)
-        except CanonicalError:
-            raise _Unavailable("a redacted member is part of the projection itself") from None
-    except _Unavailable as exc:
+    except NotRecomputable as exc:
         return FingerprintCheck(run_id, "redacted", recorded, None, f"not recomputable: {exc}")
     except (KeyError, TypeError, AttributeError) as exc:
         return FingerprintCheck(

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 from tracelock.errors import StoreError
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.postgres.location import redact_location, scrub
-from tracelock.storage.queue_backend import Claim, FenceBook, QueueError, QueueItem, lost
+from tracelock.storage.queue_backend import (
+    ITEM_COLUMNS,
+    Claim,
+    FenceBook,
+    QueueError,
+    QueueItem,
+    lost,
+)
 
 if TYPE_CHECKING:
     from tracelock.storage.postgres.store import PostgresStore
@@ -69,22 +76,7 @@ QUEUE_SCHEMA_VERSION = len(QUEUE_MIGRATIONS)
 # pg_advisory_xact_lock key of the queue's migrations: "tlqueue!" as an integer.
 _MIGRATION_LOCK = int.from_bytes(b"tlqueue!", "big") - (1 << 63)
 _NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-_ITEM = "r.run, r.queue, r.agent, r.input, r.state, r.attempts, r.enqueued_ms, r.idempotency_key, r.note"
 
-
-def _item(row: Sequence[Any], worker: str | None = None) -> QueueItem:
-    return QueueItem(
-        run=str(row[0]),
-        queue=str(row[1]),
-        agent=str(row[2]),
-        input=bytes(row[3]),
-        state=str(row[4]),
-        attempts=int(row[5]),
-        enqueued_ms=int(row[6]),
-        idempotency_key=None if row[7] is None else str(row[7]),
-        note=None if row[8] is None else str(row[8]),
-        worker=worker,
-    )
 
 
 def _queue_lock(queue: str) -> int:
@@ -195,14 +187,14 @@ class PostgresQueue:
         def work(conn: Any) -> tuple[QueueItem, bool]:
             row = conn.execute(
                 "INSERT INTO tracelock_queue_runs AS r (run, queue, agent, input, idempotency_key, state, enqueued_ms) "
-                f"VALUES (%s, %s, %s, %s, %s, 'queued', {_NOW_MS}) ON CONFLICT (run) DO NOTHING RETURNING {_ITEM}",
+                f"VALUES (%s, %s, %s, %s, %s, 'queued', {_NOW_MS}) ON CONFLICT (run) DO NOTHING RETURNING {ITEM_COLUMNS}",
                 (run, queue, agent, input, key),
             ).fetchone()
             if row is not None:
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, queue))
-                return _item(row), True
-            existing = conn.execute(f"SELECT {_ITEM} FROM tracelock_queue_runs r WHERE run = %s", (run,)).fetchone()
-            return _item(existing), False
+                return QueueItem.from_row(row), True
+            existing = conn.execute(f"SELECT {ITEM_COLUMNS} FROM tracelock_queue_runs r WHERE run = %s", (run,)).fetchone()
+            return QueueItem.from_row(existing), False
 
         result: tuple[QueueItem, bool] = self._run("cannot queue a run in", work)
         return result
@@ -252,10 +244,10 @@ class PostgresQueue:
                 recovered = {run for run, again in taken if again}
                 rows = conn.execute(
                     "UPDATE tracelock_queue_runs r SET state = 'leased', attempts = attempts + 1 "
-                    f"WHERE run = ANY(%s) RETURNING {_ITEM}",
+                    f"WHERE run = ANY(%s) RETURNING {ITEM_COLUMNS}",
                     (names,),
                 ).fetchall()
-                items = {str(row[0]): _item(row, worker) for row in rows}
+                items = {str(row[0]): QueueItem.from_row(row, worker) for row in rows}
                 leases = conn.execute(
                     "INSERT INTO tracelock_queue_leases AS l (run, worker, token, expires_ms) "
                     f"SELECT run, %s, nextval('tracelock_queue_tokens'), {_NOW_MS} + %s FROM unnest(%s::text[]) AS run "
@@ -335,25 +327,25 @@ class PostgresQueue:
     def item(self, run: str) -> QueueItem | None:
         def work(conn: Any) -> QueueItem | None:
             row = conn.execute(
-                f"SELECT {_ITEM}, l.worker FROM tracelock_queue_runs r LEFT JOIN tracelock_queue_leases l "
+                f"SELECT {ITEM_COLUMNS}, l.worker FROM tracelock_queue_runs r LEFT JOIN tracelock_queue_leases l "
                 "USING (run) WHERE r.run = %s",
                 (run,),
             ).fetchone()
-            return None if row is None else _item(row, None if row[9] is None else str(row[9]))
+            return None if row is None else QueueItem.from_row(row, None if row[9] is None else str(row[9]))
 
         found: QueueItem | None = self._run("cannot read the queue in", work)
         return found
 
     def items(self, *, queue: str | None = None, state: str | None = None, limit: int | None = None) -> list[QueueItem]:
         query = (
-            f"SELECT {_ITEM}, l.worker FROM tracelock_queue_runs r LEFT JOIN tracelock_queue_leases l "
+            f"SELECT {ITEM_COLUMNS}, l.worker FROM tracelock_queue_runs r LEFT JOIN tracelock_queue_leases l "
             "USING (run) WHERE (%s::text IS NULL OR r.queue = %s) AND (%s::text IS NULL OR r.state = %s) "
             "ORDER BY r.position LIMIT %s"
         )
 
         def work(conn: Any) -> list[QueueItem]:
             rows = conn.execute(query, (queue, queue, state, state, limit)).fetchall()
-            return [_item(row, None if row[9] is None else str(row[9])) for row in rows]
+            return [QueueItem.from_row(row, None if row[9] is None else str(row[9])) for row in rows]
 
         found: list[QueueItem] = self._run("cannot read the queue in", work)
         return found
