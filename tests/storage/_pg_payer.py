@@ -1,7 +1,8 @@
 """The agent of the PostgreSQL runtime fault test, importable by the child that runs it and
 by ``tracelock recover`` in the test: a read-only lookup, then an irreversible payment.
 Each real payment appends a line to ``WORKDIR/paid``; with ``HOLD`` set, it then writes
-``WORKDIR/held`` and waits to be killed."""
+``WORKDIR/held`` and waits to be killed. With ``HOLD_LOOKUP`` set, the lookup writes
+``WORKDIR/looking`` and waits to be killed instead."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ POLICY = {"version": 1, "tools": [{"name": "lookup"}, {"name": "pay"}]}
 kit = Toolkit()
 WORKDIR: list[Path] = []
 HOLD: list[bool] = []
+HOLD_LOOKUP: list[bool] = []
 
 
 @kit.tool(timeout=None)
 def lookup(key: str) -> str:
+    if HOLD_LOOKUP:
+        (WORKDIR[0] / "looking").write_text(key)
+        threading.Event().wait()
     return key.upper()
 
 

@@ -257,9 +257,10 @@ class RunJournal:
     effect that leaves the process (:meth:`settle`), a lifecycle state, or the run's end;
     every lifecycle state and the run's end are durable before they are reported. Entries of
     effects that cannot change the world (read-only tools, LLM calls, the clock, randomness)
-    are written at once (a process crash loses none) and fsynced with the next of those
-    points; a machine crash before it only means recovery re-runs them, which their class
-    allows.
+    are *held* (``Store.append_held``): the directory store writes them at once (a process
+    crash loses none) and fsyncs them with the next of those points; the PostgreSQL backend
+    commits them with the handle's next append. A crash before that only means recovery
+    re-runs them, which their class allows.
     """
 
     def __init__(self, store: Store, run_id: str, *, strict: bool = False, batch: bool = False) -> None:
@@ -290,6 +291,14 @@ class RunJournal:
             self._covered(entry.seq)
         return entry
 
+    def _hold(
+        self, kind: str, payload: Any = NO_PAYLOAD, *, meta: dict[str, Any] | None = None, new_run: bool = False
+    ) -> int:
+        """An entry of an effect that cannot change the world; returns its timestamp."""
+        if self.strict:
+            return self._append(kind, payload, meta=meta, durable=True, new_run=new_run).ts
+        return self.store.append_held(self.run_id, kind, payload=payload, meta=meta, new_run=new_run)
+
     def _covered(self, seq: int) -> None:
         with self._owed_lock:
             if self._owed is not None and self._owed <= seq:
@@ -306,15 +315,16 @@ class RunJournal:
             self.store.sync()  # syncs everything written so far, the owed result included
             self._covered(owed)
 
-    def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> Entry:
+    def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> int:
+        """The run's start; returns its timestamp (the run's start time)."""
         meta: dict[str, Any] = {"agent": agent, "status": "running"}
         if parent is not None:
             meta["parent"] = parent
         # The runtime gives every run a fresh id (generated, or checked when it was chosen).
-        return self._append(START, doc, meta=meta, durable=False, new_run=True)
+        return self._hold(START, doc, meta=meta, new_run=True)
 
-    def effect(self, doc: dict[str, Any]) -> Entry:
-        return self._append(EFFECT, _compact(doc), durable=False)
+    def effect(self, doc: dict[str, Any]) -> None:
+        self._hold(EFFECT, _compact(doc))
 
     def intent(self, doc: dict[str, Any]) -> Entry:
         return self._append(INTENT, _compact(doc), durable=True)
@@ -330,18 +340,19 @@ class RunJournal:
                 self._owed = entry.seq if self._owed is None else max(self._owed, entry.seq)
         return entry
 
-    def gather_order(self, first: int, steps: list[int]) -> Entry:
-        return self._append(GATHER, {"first": first, "steps": steps}, durable=False)
+    def gather_order(self, first: int, steps: list[int]) -> None:
+        self._hold(GATHER, {"first": first, "steps": steps})
 
-    def route(self, doc: dict[str, Any]) -> Entry:
-        return self._append(ROUTE, doc, durable=False)
+    def route(self, doc: dict[str, Any]) -> None:
+        self._hold(ROUTE, doc)
 
-    def mark(self, kind: str, doc: dict[str, Any]) -> Entry:
-        return self._append(kind, doc, durable=False)
+    def mark(self, kind: str, doc: dict[str, Any]) -> None:
+        self._hold(kind, doc)
 
-    def traceback(self, doc: dict[str, Any]) -> Entry:
-        """An audit-only traceback: written as it happens, made durable with what follows."""
-        return self._append(TRACEBACK, doc, durable=False)
+    def traceback(self, doc: dict[str, Any]) -> None:
+        """An audit-only traceback: held like the entries of effects that cannot change the
+        world, made durable with what follows."""
+        self._hold(TRACEBACK, doc)
 
     def resolution(self, doc: dict[str, Any]) -> Entry:
         return self._append(RESOLUTION, doc, durable=True)

@@ -133,6 +133,24 @@ class Store(Protocol):
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]: ...
 
+    def append_held(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        new_run: bool = False,
+    ) -> int:
+        """Append an entry that may wait in the process for this handle's next append (any
+        run) or sync, and return its timestamp. Its place is fixed by this call: whatever
+        commits it commits it before anything appended after it, with this timestamp. For
+        the entries of effects that cannot change the world (docs/spec.md 3.4): the
+        directory store writes it at once, as ``append(..., durable=False)``; the
+        PostgreSQL backend, where every commit waits for a WAL flush, holds it (see
+        docs/storage-postgres.md)."""
+        ...
+
     def append_async(
         self,
         run: str,

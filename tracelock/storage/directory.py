@@ -1004,6 +1004,18 @@ class DirectoryStore:
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
         return self._settle(self._enqueue(items), durable)
 
+    def append_held(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        new_run: bool = False,
+    ) -> int:
+        """Written at once, like ``append(..., durable=False)``: a write costs no flush here."""
+        return self.append(run, kind, payload=payload, meta=meta, durable=False, new_run=new_run).ts
+
     def _settle(self, queued: tuple[list[Entry], int, bool], durable: bool) -> list[Entry]:
         out, end, backlog = queued
         log = self._writer()

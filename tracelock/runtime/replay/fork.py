@@ -173,7 +173,7 @@ def fork_run(
     journal = RunJournal(runtime.store, child, strict=runtime.strict_durability)
     seed = str(parent.start.get("seed"))
     provenance = runtime._record_provenance(runtime.provenance.reference(func, runtime.toolkit))
-    start = journal.start(
+    start_ms = journal.start(
         {
             "agent": name,
             "entry": f"{func.__module__}:{func.__qualname__}",
@@ -194,7 +194,7 @@ def fork_run(
         journal=journal,
         recording=parent,
         fork_before=at,
-        start_ms=start.ts,
+        start_ms=start_ms,
         policy=policy,
     )
     ctx = RunContext(pipeline, input=parent.input)

@@ -391,7 +391,7 @@ class Engine:
         self._record_policy()
         provenance = self._record_provenance(self.provenance.reference(func, self.toolkit))
         journal = RunJournal(self.store, run_id, strict=self.strict_durability)
-        start = journal.start(
+        start_ms = journal.start(
             {
                 "agent": name,
                 "entry": f"{func.__module__}:{func.__qualname__}",
@@ -417,7 +417,7 @@ class Engine:
             seed=seed,
             policy=self.policy,
             journal=journal,
-            start_ms=start.ts,
+            start_ms=start_ms,
             daily=daily,
         )
         ctx = RunContext(pipeline, input=input, annotations=_annotations)

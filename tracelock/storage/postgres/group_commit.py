@@ -13,6 +13,11 @@ per handle, started on first use) and their futures are resolved on their loop w
 ``call_soon_threadsafe``. Within one handle, requests are committed in the order they were
 queued, so call order is ``seq`` order.
 
+Held appends (:meth:`CommitQueue.hold`) wait in the process instead of committing: the
+next request queued, or a flush, carries them in front of itself into its transaction, with
+the timestamps they got when they were held. That turns a run's entries of effects that
+cannot change the world into a part of its next commit instead of commits of their own.
+
 The queue knows nothing about SQL: the store passes the function that commits a batch
 (:meth:`tracelock.storage.postgres.store.PostgresStore._commit_batch`), which sets each
 request's ``result`` or ``error``.
@@ -38,7 +43,7 @@ class Request:
     """One append call: its items (run, kind, payload, meta, new_run), their prepared
     payload bytes, its timestamp, and once committed its entries or its error."""
 
-    __slots__ = ("done", "error", "future", "items", "loop", "prepared", "result", "single", "ts")
+    __slots__ = ("carried", "done", "error", "future", "held", "items", "loop", "prepared", "result", "single", "ts")
 
     def __init__(self, items: Sequence[Any], prepared: list[Any], ts: int = 0) -> None:
         self.items = items
@@ -50,10 +55,17 @@ class Request:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.future: asyncio.Future[Any] | None = None
         self.single = False
+        #: Held (:meth:`CommitQueue.hold`): nobody waits for this request itself.
+        self.held = False
+        #: The held requests this one carried into the queue (their errors are its own).
+        self.carried: list[Request] = []
 
     def outcome(self) -> list[Any]:
         if self.error is not None:
             raise self.error
+        for held in self.carried:
+            if held.error is not None:
+                raise held.error
         assert self.result is not None
         return self.result
 
@@ -61,11 +73,12 @@ class Request:
 def _settle_future(future: asyncio.Future[Any], request: Request) -> None:
     if future.done():  # cancelled by its task: the entries are committed all the same
         return
-    if request.error is not None:
-        future.set_exception(request.error)
+    try:
+        result = request.outcome()
+    except BaseException as exc:
+        future.set_exception(exc)
     else:
-        assert request.result is not None
-        future.set_result(request.result[0] if request.single else request.result)
+        future.set_result(result[0] if request.single else result)
 
 
 class CommitQueue:
@@ -82,6 +95,7 @@ class CommitQueue:
         self._name = name
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[Request] = []
+        self._held: list[Request] = []
         self._leading = False
         self._executor: ThreadPoolExecutor | None = None
         self.transactions = 0
@@ -94,15 +108,63 @@ class CommitQueue:
         timestamps never go backwards along the queue (as ``seq`` does not)."""
         with self._cond:
             request.ts = clock()
-            self._queue.append(request)
             self.appends += 1
-            while not request.done and self._leading:
-                self._cond.wait()
-            if request.done:
-                return request.outcome()
-            self._leading = True
-        self._lead(until=request)
+            self._push_locked(request)
+            lead = self._wait_locked(request)
+        if lead:
+            self._lead(until=request)
         return request.outcome()
+
+    def hold(self, request: Request, clock: Callable[[], int], window_ms: int) -> int:
+        """Keep ``request`` in the process until the next request is queued or
+        :meth:`flush` runs, and return its timestamp; commit it (with what is held) at once
+        instead when the oldest held request is older than ``window_ms`` by ``clock``, so
+        that a run of slow steps never keeps more than its last entry uncommitted."""
+        with self._cond:
+            request.ts = clock()
+            self.appends += 1
+            if not self._held or request.ts - self._held[0].ts <= window_ms:
+                request.held = True
+                self._held.append(request)
+                return request.ts
+            self._push_locked(request)
+            lead = self._wait_locked(request)
+        if lead:
+            self._lead(until=request)
+        request.outcome()
+        return request.ts
+
+    def flush(self) -> None:
+        """Commit the held requests, if any; raises the error of one that failed."""
+        with self._cond:
+            if not self._held:
+                return
+            last = self._held[-1]
+            last.held = False  # its caller, this one, now waits for it
+            self._held.pop()
+            self._push_locked(last)
+            lead = self._wait_locked(last)
+        if lead:
+            self._lead(until=last)
+        last.outcome()
+
+    def _push_locked(self, request: Request) -> None:
+        """Queue ``request`` behind the held requests, which it carries (under the lock)."""
+        if self._held:
+            request.carried = self._held
+            self._queue += self._held
+            self._held = []
+        self._queue.append(request)
+
+    def _wait_locked(self, request: Request) -> bool:
+        """Wait (under the lock) while another caller leads and ``request`` is not done;
+        True: the caller is now the leader and must lead."""
+        while not request.done and self._leading:
+            self._cond.wait()
+        if request.done:
+            return False
+        self._leading = True
+        return True
 
     def submit_async(
         self, request: Request, clock: Callable[[], int], *, single: bool
@@ -117,8 +179,8 @@ class CommitQueue:
         request.single = single
         with self._cond:
             request.ts = clock()
-            self._queue.append(request)
             self.appends += 1
+            self._push_locked(request)
             start = not self._leading
             if start:
                 self._leading = True
@@ -131,6 +193,8 @@ class CommitQueue:
         with self._cond:
             while self._leading:
                 self._cond.wait()
+            self._queue += self._held
+            self._held = []
             lead = bool(self._queue)
             if lead:
                 self._leading = True
@@ -176,7 +240,7 @@ class CommitQueue:
             with self._cond:
                 finished = until is None or until.done
                 # A thread's request still queued means that thread waits to lead.
-                thread_waits = any(request.future is None for request in self._queue)
+                thread_waits = any(request.future is None and not request.held for request in self._queue)
                 if not self._queue or (finished and thread_waits and handing_over):
                     self._leading = False
                     self._cond.notify_all()

@@ -105,6 +105,12 @@ class _ConnectionLost(StoreConnectionError):
 _FRESH: Any = ("fresh",)
 
 
+#: How long a held entry may wait for a later one to share its commit (ms, by the store's
+#: clock): a held entry is committed by the next append, or at once with the next held one
+#: once it is older than this.
+HOLD_WINDOW_MS = 100
+
+
 def _ended(run: str) -> StoreError:
     return StoreError(f"run {run!r} has ended; nothing can be appended to it", details={"run": run})
 
@@ -261,6 +267,21 @@ class PostgresStore:
             return []
         entries: list[Entry] = self._queue.submit(request, self._clock)
         return entries
+
+    def append_held(
+        self,
+        run: str,
+        kind: str,
+        *,
+        payload: Any = NO_PAYLOAD,
+        meta: dict[str, Any] | None = None,
+        new_run: bool = False,
+    ) -> int:
+        """Held in the process, not committed: this handle's next append (of any run) or
+        :meth:`sync` commits it in front of itself, in its transaction, with the timestamp
+        returned here; so does the next held entry once this one is older than
+        ``HOLD_WINDOW_MS`` (docs/storage-postgres.md, "Held entries")."""
+        return self._queue.hold(self._request(((run, kind, payload, meta, new_run),)), self._clock, HOLD_WINDOW_MS)
 
     def append_async(
         self,
@@ -620,8 +641,10 @@ class PostgresStore:
                 args += insert
 
     def sync(self) -> None:
-        """Nothing to do: every append returned after its transaction committed."""
+        """Commit the held entries (:meth:`append_held`); every other append returned after
+        its transaction committed."""
         self._writer_check()
+        self._queue.flush()
 
     def erase_payload(self, digest: str) -> bool:
         """Remove a payload's bytes (after its redaction entry was appended). Returns False

@@ -1,0 +1,154 @@
+"""Held entries on PostgreSQL (``Store.append_held``): the entries of effects that cannot
+change the world wait in the process and are committed by the handle's next append, in
+call order and with the timestamps they got when held; a real server throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.storage import _pg_payer
+from tests.storage._pg_checks import check_journal
+from tests.storage.test_postgres_faults import read_until, start
+from tracelock import Runtime
+from tracelock.cli.main import cli
+from tracelock.storage.backend import NewEntry, Store
+from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.errors import StoreError
+from tracelock.storage.postgres import PostgresStore
+from tracelock.storage.postgres.store import HOLD_WINDOW_MS
+
+
+class Clock:
+    """A clock the test moves by hand (ms)."""
+
+    def __init__(self) -> None:
+        self.now = 1_767_225_600_000
+
+    def __call__(self) -> int:
+        self.now += 1
+        return self.now
+
+
+def test_held_entries_commit_with_the_next_append_in_call_order(pg_url: str, tmp_path: Path) -> None:
+    stores: list[Store] = [PostgresStore(pg_url, clock=Clock()), DirectoryStore(tmp_path / "d", clock=Clock())]
+    try:
+        for store in stores:
+            held = [
+                store.append_held("r", "run.start", payload={"input": 1}, meta={"agent": "a", "status": "running"}, new_run=True),
+                store.append_held("r", "effect", payload={"step": 0}),
+                store.append_held("q", "run.start", new_run=True),
+            ]
+            if isinstance(store, PostgresStore):
+                # Nothing committed yet: readers (and other processes) see nothing.
+                assert store.size() == 0
+                assert store.transactions == 0
+            intent = store.append("r", "effect.intent", payload={"step": 1})
+            assert [entry.ts for entry in store.entries("r")] == [*held[:2], intent.ts]
+            assert intent.seq == 3
+            assert store.entries("q")[0].ts == held[2]
+        pg, directory = stores
+        assert isinstance(pg, PostgresStore)
+        assert pg.transactions == 1  # the three held entries rode on the intent's commit
+        assert [e.line for e in pg.iter_entries()] == [e.line for e in directory.iter_entries()]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_held_entry_waits_no_longer_than_the_window(pg_url: str) -> None:
+    clock = Clock()
+    with PostgresStore(pg_url, clock=clock) as store:
+        store.append_held("r", "run.start", new_run=True)
+        clock.now += HOLD_WINDOW_MS - 1  # the next reading is exactly the window later
+        store.append_held("r", "effect", payload={"n": 1})
+        assert store.size() == 0
+        clock.now += HOLD_WINDOW_MS  # the oldest held entry is now older than the window
+        store.append_held("r", "effect", payload={"n": 2})
+        assert store.size() == 3
+        assert store.transactions == 1
+        check_journal(store, 3)
+
+
+def test_sync_and_close_commit_what_is_held(pg_url: str) -> None:
+    with PostgresStore(pg_url, clock=Clock()) as store:
+        store.append_held("r", "run.start", new_run=True)
+        store.sync()
+        assert store.size() == 1
+        store.sync()  # nothing held: no transaction
+        assert store.transactions == 1
+        store.append_held("r", "effect", payload={"n": 1})
+    with PostgresStore(pg_url, read_only=True) as store:
+        assert [entry.kind for entry in store.entries("r")] == ["run.start", "effect"]
+        check_journal(store, 2)
+
+
+def test_a_coroutines_append_carries_what_is_held(pg_url: str) -> None:
+    with PostgresStore(pg_url, clock=Clock()) as store:
+        store.append_held("r", "run.start", new_run=True)
+
+        async def main() -> list[int]:
+            entries = await store.append_many_async([NewEntry("r", "effect"), NewEntry("r", "run.end")])
+            return [entry.seq for entry in entries]
+
+        assert asyncio.run(main()) == [1, 2]
+        assert [entry.kind for entry in store.entries("r")] == ["run.start", "effect", "run.end"]
+
+
+def test_a_held_entry_that_fails_fails_the_call_that_committed_it(pg_url: str) -> None:
+    with PostgresStore(pg_url, clock=Clock()) as store:
+        store.append("done", "run.start", new_run=True)
+        store.append("done", "run.end")
+        store.append_held("done", "effect")  # the run has ended: refused when committed
+        with pytest.raises(StoreError, match="has ended"):
+            store.append("other", "run.start", new_run=True)
+        # The carrying call's own entry is committed all the same; the held one is not.
+        assert [entry.kind for entry in store.entries("other")] == ["run.start"]
+        check_journal(store, 3)
+
+
+def test_a_run_with_an_irreversible_effect_takes_three_commits(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pg_payer, "WORKDIR", [tmp_path])
+    store = PostgresStore(pg_url)
+    runtime = Runtime(store, _pg_payer.POLICY, toolkits=(_pg_payer.kit,))
+    try:
+        runtime.run(_pg_payer.agent, {"key": "k", "amount": 0})  # registers the policy and provenance
+        before = store.transactions
+        for number in range(1, 6):
+            assert runtime.run(_pg_payer.agent, {"key": f"k{number}", "amount": number}).ok
+        # (start, read-only lookup, intent), the irreversible result, the end.
+        assert store.transactions - before == 15
+        check_journal(store, store.size())
+    finally:
+        runtime.close()
+        store.close()
+
+
+def test_kill_9_while_entries_are_held_loses_only_them(pg_url: str, tmp_path: Path) -> None:
+    child = start("_pg_runtime_writer.py", pg_url, tmp_path, 3, "lookup")
+    lines: list[str] = []
+    read_until(child, lambda got: len(got) >= 3, lines)
+    while not (tmp_path / "looking").exists():
+        if child.poll() is not None:
+            raise AssertionError(f"the runtime exited early: {child.communicate()[1][-3000:]}")
+    os.kill(child.pid, signal.SIGKILL)
+    child.communicate()
+    done = [line.split()[1] for line in lines if line.startswith("DONE ")]
+    with PostgresStore(pg_url) as store:
+        check_journal(store, store.size())
+        # The killed run's start waited in the process for its first commit: it was never
+        # acknowledged, and nothing of the run reached the store.
+        assert sorted(info.run for info in store.runs()) == sorted(done)
+        assert {store.run_info(run).status for run in done} == {"completed"}
+    recovered = CliRunner().invoke(cli, ["recover", "--store", pg_url, "--json"], catch_exceptions=False)
+    assert recovered.exit_code == 0, recovered.output
+    assert json.loads(recovered.stdout)["runs"] == []
+    assert (tmp_path / "paid").read_text().split() == ["0", "1", "2"]
