@@ -70,6 +70,13 @@ class RunStateError(RuntimeFault):
     code = "RUN_STATE_INVALID"
 
 
+class RunBusyError(RunStateError):
+    """Another process (or another caller of this one) is continuing the run right now
+    (``resume``, ``recover``): continuing it here too would execute its next effects twice."""
+
+    code = "RUN_BUSY"
+
+
 class DivergenceError(ReplayError):
     """Code requested an effect that does not match the recorded one at that step."""
 

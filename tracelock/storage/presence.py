@@ -27,7 +27,7 @@ from typing import Any, Protocol, cast
 
 from tracelock.storage.backend import Store
 
-__all__ = ["Presence", "announce", "others_present"]
+__all__ = ["Presence", "announce", "directory_of", "others_present"]
 
 #: The PostgreSQL advisory lock key of presence (an arbitrary constant, "tlpresen").
 PRESENCE_KEY = 0x746C70726573656E
@@ -76,7 +76,7 @@ class _Sessions(Protocol):
 def announce(store: Store, token: str, pid: int) -> Presence | None:
     """Mark the runtime of process ``pid`` present on ``store`` until the mark is released
     (None for a store that keeps no marks)."""
-    directory = _directory_of(store)
+    directory = directory_of(store)
     if directory is not None:
         return Presence(token, path=directory / _DIRECTORY / f"{pid}-{token}.lock")
     sessions = _sessions_of(store)
@@ -85,7 +85,7 @@ def announce(store: Store, token: str, pid: int) -> Presence | None:
 
 def others_present(store: Store, mine: Presence | None) -> list[str]:
     """Descriptions of the other runtimes present on ``store`` (empty: none)."""
-    directory = _directory_of(store)
+    directory = directory_of(store)
     if directory is not None:
         return _other_files(directory / _DIRECTORY, mine._path if mine is not None else None)
     sessions = _sessions_of(store)
@@ -125,7 +125,7 @@ def _other_files(folder: Path, mine: Path | None) -> list[str]:
     return found
 
 
-def _directory_of(store: Store) -> Path | None:
+def directory_of(store: Store) -> Path | None:
     """The directory of a directory store (or of a wrapper that forwards to one)."""
     path = getattr(store, "path", None)
     return path if isinstance(path, Path) and (path / "store.json").is_file() else None

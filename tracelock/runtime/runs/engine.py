@@ -30,6 +30,7 @@ from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent
 from tracelock.runtime.errors import (
     AgentDefinitionError,
     DivergenceError,
+    RunBusyError,
     RunStateError,
     StepError,
     Suspend,
@@ -53,6 +54,7 @@ from tracelock.runtime.tools.invoke import ToolInvoker
 from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
+from tracelock.storage.claims import claim_run
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.errors import (
     RunNotFoundError,
@@ -743,8 +745,28 @@ class Engine:
         A fork child's steps before its fork point are answered from its parent's record
         (see :func:`child_recording`). When the code diverges from the record, nothing more
         runs: a run resumed from ``awaiting_approval`` or ``blocked`` is returned to that
-        state (journaled, with the divergence) and :class:`DivergenceError` is raised."""
-        record = record if record is not None and record.run_id == run_id else load_run(self.store, run_id)
+        state (journaled, with the divergence) and :class:`DivergenceError` is raised.
+
+        The run is claimed first (:mod:`tracelock.storage.claims`): while another caller, in
+        this process or another, continues it, this raises :class:`RunBusyError` and runs
+        nothing."""
+        claim = claim_run(self.store, run_id)
+        if claim is None:
+            raise RunBusyError(
+                f"run {run_id} is being continued elsewhere right now (another process or thread); it is left to that caller",
+                details={"run": run_id},
+            )
+        with claim:
+            # Read under the claim: a holder that just let go may have moved the run on (on
+            # the directory store, read what other processes appended first).
+            catch_up = getattr(self.store, "catch_up", None)
+            if callable(catch_up):
+                catch_up()
+            if record is None or record.run_id != run_id or record.entries[-1].seq != self.store.run_info(run_id).last_seq:
+                record = load_run(self.store, run_id)
+            return self._resume_claimed(run_id, agent, record)
+
+    def _resume_claimed(self, run_id: str, agent: Callable[..., Any] | str | None, record: RunRecord) -> RunResult:
         if record.status in TERMINAL_STATES:
             return result_from_record(record)
         func, _ = self.agent_for(record, agent)

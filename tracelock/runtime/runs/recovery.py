@@ -13,7 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tracelock.runtime.errors import AgentDefinitionError, DivergenceError, RunStateError
+from tracelock.runtime.errors import (
+    AgentDefinitionError,
+    DivergenceError,
+    RunBusyError,
+    RunStateError,
+)
 from tracelock.runtime.pipeline.codes import OPERATOR_RESOLVED_FAILURE
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
@@ -130,7 +135,7 @@ def _recover_each(
                     waiting_step=result.waiting_step,
                     reason=result.error,
                 )
-            except (AgentDefinitionError, DivergenceError) as exc:
+            except (AgentDefinitionError, DivergenceError, RunBusyError) as exc:
                 row.update(to=record.status, error_kind=exc.code, reason=exc.message)
         report.runs.append(row)
         if progress is not None:

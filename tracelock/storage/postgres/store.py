@@ -902,6 +902,28 @@ class PostgresStore:
             raise self._translate(exc, "cannot take an advisory lock of") from None
         return (conn, key, shared)
 
+    def try_advisory_lock(self, key: int) -> Any:
+        """Take the exclusive session advisory lock ``key`` if nobody holds it, on a
+        connection of its own: that session (release it with :meth:`release_advisory_lock`),
+        or None when another session holds the lock."""
+        self._check_open()
+        psycopg = self._psycopg
+        options: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in self._url:
+            options["connect_timeout"] = 10
+        conn = None
+        try:
+            conn = psycopg.connect(self._url, **options)
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        except psycopg.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise self._translate(exc, "cannot take an advisory lock of") from None
+        if row is None or not row[0]:
+            conn.close()
+            return None
+        return (conn, key, False)
+
     def release_advisory_lock(self, session: Any) -> None:
         """Give the lock back, then end its session. Unlocking first makes the release
         synchronous: the server ends a closed session's backend (and drops its locks) only
