@@ -19,6 +19,7 @@ from tracelock.integrations.http import (
     capture,
 )
 from tracelock.integrations.http.errors import CaptureClientError
+from tracelock.runtime.errors import StepError
 
 
 def fixed(status: int, body: bytes, content_type: str) -> httpx.MockTransport:
@@ -117,3 +118,32 @@ def test_strict_mode_still_refuses_a_client_that_does_not_capture(tmp_path: Path
         result = runtime.run(agent, None)
         assert (result.code, result.error and result.error.split("]")[0]) == ("NONDETERMINISM_DETECTED", "[TL-NET-001")
     assert len(server.requests) == 1
+
+
+def test_an_emergency_stop_of_irreversible_effects_stops_a_captured_post(tmp_path: Path) -> None:
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.method)
+        return httpx.Response(200, content=b"{}", headers={"content-type": "application/json"})
+
+    client = httpx.Client(transport=HttpxTransport(httpx.MockTransport(answer)))
+
+    def agent(ctx: Any, input: Any) -> Any:
+        read = client.get("http://127.0.0.1:9/plain/data").status_code
+        try:
+            client.post("http://127.0.0.1:9/plain/pay", json={"amount": 5})
+        except StepError as exc:
+            return {"read": read, "post": exc.step_code, "stop": (exc.details or {}).get("stop", {}).get("class")}
+        return {"read": read, "post": "sent"}
+
+    runtime = runtime_at(tmp_path)
+    runtime.stop_tool(side_effect="irreversible", by="ops", reason="freeze during the audit")
+    stopped = runtime.run(agent, None)
+    # The GET (read-only) goes out; the POST (irreversible by default) never leaves.
+    assert stopped.output == {"read": 200, "post": "TOOL_STOPPED", "stop": "irreversible"}
+    assert sent == ["GET"]
+    assert runtime.replay(stopped.run_id, agent).matched
+    runtime.lift_stop(side_effect="irreversible", by="ops", reason="audit done")
+    assert runtime.run(agent, None).output == {"read": 200, "post": "sent"}
+    assert sent == ["GET", "GET", "POST"]

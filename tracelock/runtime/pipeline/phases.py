@@ -300,6 +300,10 @@ def authorize(state: RunState, step: int, request: StepRequest, doc: dict[str, A
     kind = request.kind
     decision: Decision | None
     if request.perform is not None:
+        if kind != "llm":
+            # A captured request that can change the world meets the class stops
+            # (`tracelock stop --irreversible`) as a tool of its class does.
+            _check_stops(state, request)
         # The host, method and path first: an LLM API call is an HTTP request too.
         http = _decide_http(state, request, doc)
         if not http.allowed:
@@ -313,12 +317,7 @@ def authorize(state: RunState, step: int, request: StepRequest, doc: dict[str, A
         args = request.args
         decision = state.policy.static_decision("llm", "llm", "read_only", args["model"], args["max_tokens"])
     elif kind == "tool" or kind == "fs":
-        stops = state.env.stops
-        if stops is not None:
-            if request.side_effect != "read_only":
-                stops.poll()  # a stop another process wrote reaches runs in flight
-            if stops.active:
-                stops.check(request.name, request.side_effect)
+        _check_stops(state, request)
         decision = state.policy.static_decision(kind, request.name, request.side_effect)
     else:
         return
@@ -389,6 +388,16 @@ def _usage(state: RunState, doc: dict[str, Any]) -> Usage:
         effects=state.effect_count,
         elapsed_ms=elapsed,
     )
+
+
+def _check_stops(state: RunState, request: StepRequest) -> None:
+    """The emergency stops (before the policy and any approval): DENIED [TOOL_STOPPED]."""
+    stops = state.env.stops
+    if stops is not None:
+        if request.side_effect != "read_only":
+            stops.poll()  # a stop another process wrote reaches runs in flight
+        if stops.active:
+            stops.check(request.name, request.side_effect)
 
 
 def _decide_http(state: RunState, request: StepRequest, doc: dict[str, Any]) -> Decision:
