@@ -887,25 +887,21 @@ class PostgresStore:
         """Take the session advisory lock ``key`` (waiting for it) on a connection of its
         own, and return that session: the lock lasts until :meth:`release_advisory_lock`, or
         until the session ends with its process."""
-        self._check_open()
-        psycopg = self._psycopg
-        options: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in self._url:
-            options["connect_timeout"] = 10
-        conn = None
-        try:
-            conn = psycopg.connect(self._url, **options)
-            conn.execute("SELECT pg_advisory_lock_shared(%s)" if shared else "SELECT pg_advisory_lock(%s)", (key,))
-        except psycopg.Error as exc:
-            if conn is not None:
-                conn.close()
-            raise self._translate(exc, "cannot take an advisory lock of") from None
+        conn, _ = self._lock_session("SELECT pg_advisory_lock_shared(%s)" if shared else "SELECT pg_advisory_lock(%s)", key)
         return (conn, key, shared)
 
     def try_advisory_lock(self, key: int) -> Any:
         """Take the exclusive session advisory lock ``key`` if nobody holds it, on a
         connection of its own: that session (release it with :meth:`release_advisory_lock`),
         or None when another session holds the lock."""
+        conn, row = self._lock_session("SELECT pg_try_advisory_lock(%s)", key)
+        if row is None or not row[0]:
+            conn.close()
+            return None
+        return (conn, key, False)
+
+    def _lock_session(self, query: str, key: int) -> tuple[Any, tuple[Any, ...] | None]:
+        """A new autocommit session that ran the advisory lock ``query``, and its row."""
         self._check_open()
         psycopg = self._psycopg
         options: dict[str, Any] = {"autocommit": True}
@@ -914,15 +910,12 @@ class PostgresStore:
         conn = None
         try:
             conn = psycopg.connect(self._url, **options)
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            row = conn.execute(query.encode(), (key,)).fetchone()
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
             raise self._translate(exc, "cannot take an advisory lock of") from None
-        if row is None or not row[0]:
-            conn.close()
-            return None
-        return (conn, key, False)
+        return conn, row
 
     def release_advisory_lock(self, session: Any) -> None:
         """Give the lock back, then end its session. Unlocking first makes the release
