@@ -25,6 +25,15 @@ the other while the others' workers wait. Reported per system and process count:
 p99 of one run's latency (all workers' samples pooled) and runs per second (the runs
 divided by the time from a round's start to its last worker's end, summed over rounds),
 and tracelock's ratios to each peer.
+
+The server's commit floor is measured in the same run, before each process count: the p50
+of one minimal synchronous commit (a one-row ``INSERT`` in autocommit, from one session, so
+one WAL flush). Each system's *write transactions per run* are the transaction ids the
+server assigned during that system's turns (``pg_current_snapshot()``'s ``xmax`` read
+before and after each turn, by the harness, whose reads take no id), divided by the turn's
+runs: with ``synchronous_commit`` on, each is a commit that waits for its WAL flush
+(savepoints take ids too, so for a system that uses them this counts a little high). *p50 ÷
+(writes × floor)* is the p50 over what those commits would cost alone, one after the other.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ SYSTEMS = ("tracelock", "dbos", "langgraph")
 PROCESS_COUNTS = (1, 4, 16)
 WARMUP = 10
 CHILD_TIMEOUT_S = 900.0
+FLOOR_PROBES = 500
 
 
 def log(message: str) -> None:
@@ -116,6 +126,29 @@ class Server:
         with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}".encode())
         return self.url(name)
+
+    def next_xid(self) -> int:
+        """The next transaction id the server will assign (reading it assigns none)."""
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def commit_floor(self, probes: int = FLOOR_PROBES) -> dict[str, float]:
+        """p50/p99 of one minimal synchronous commit (one WAL flush) on this server."""
+        import psycopg
+
+        url = self.create_database(f"floor_{time.monotonic_ns()}")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE probe (id bigserial PRIMARY KEY, n int)")
+            samples = []
+            for n in range(probes):
+                before = time.perf_counter()
+                conn.execute("INSERT INTO probe (n) VALUES (%s)", (n,))
+                samples.append(time.perf_counter() - before)
+        return summary_us(samples)
 
     def version(self) -> str:
         out = self._run(str(self.bindir / "postgres"), "--version")
@@ -337,17 +370,20 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
                 worker.kill()
     samples: dict[str, list[float]] = {system: [] for system in workers}
     wall: dict[str, float] = dict.fromkeys(workers, 0.0)
+    xids: dict[str, int] = dict.fromkeys(workers, 0)
     try:
         for round_number in range(rounds):
             active = [system for system in SYSTEMS if system in workers and system not in failed]
             shift = round_number % max(1, len(active))
             for system in active[shift:] + active[:shift]:
                 try:
+                    first_xid = pg.next_xid()
                     for worker in workers[system]:
                         assert worker.stdin is not None
                         worker.stdin.write("go\n")
                         worker.stdin.flush()
                     results = [json.loads(_line(worker, f"{system} worker")) for worker in workers[system]]
+                    xids[system] += pg.next_xid() - first_xid
                 except Exception as exc:
                     failed[system] = f"{type(exc).__name__}: {exc}"
                     log(f"postgres: {system} failed: {failed[system]}")
@@ -368,6 +404,7 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
         stats: dict[str, Any] = dict(summary_us(samples[system]))
         stats["runs"] = len(samples[system])
         stats["runs_per_s"] = round(len(samples[system]) / wall[system], 1)
+        stats["writes_per_run"] = round(xids[system] / len(samples[system]), 2)
         cell[system] = stats
     return cell
 
@@ -383,7 +420,13 @@ def run(
         figures["machine"] = {"cores": os.cpu_count()}
         for processes in process_counts:
             log(f"postgres: {processes} process(es) per system, {runs} runs each, {rounds} rounds")
+            floor = pg.commit_floor()
             cell = measure(pg, processes, runs, rounds, f"p{processes}")
+            cell["commit_floor"] = floor
+            for system in SYSTEMS:
+                stats = cell.get(system, {})
+                if "p50_us" in stats and stats.get("writes_per_run"):
+                    stats["p50_over_floor"] = round(stats["p50_us"] / (stats["writes_per_run"] * floor["p50_us"]), 2)
             base = cell.get("tracelock", {})
             for peer in ("dbos", "langgraph"):
                 other = cell.get(peer, {})
@@ -399,20 +442,28 @@ def run(
 
 def render(figures: dict[str, Any]) -> str:
     lines = [
-        "| processes | system | p50 per run | p99 per run | runs/s | tracelock's p50 speed-up | tracelock's runs/s ratio |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| processes | system | p50 per run | p99 per run | runs/s | write transactions per run "
+        "| p50 ÷ (writes × floor) | tracelock's p50 speed-up | tracelock's runs/s ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for processes, cell in figures["cells"].items():
         for system in SYSTEMS:
             stats = cell.get(system, {})
             if "failed" in stats:
-                lines.append(f"| {processes} | {system} | failed: {stats['failed'][:80]} | | | | |")
+                lines.append(f"| {processes} | {system} | failed: {stats['failed'][:80]} | | | | | | |")
                 continue
             versus = cell.get(f"vs_{system}", {})
             lines.append(
                 f"| {processes} | {system} | {stats['p50_us'] / 1000:.2f} ms | {stats['p99_us'] / 1000:.2f} ms "
-                f"| {stats['runs_per_s']:.0f} | {versus.get('p50_speedup', '')} | {versus.get('runs_per_s_ratio', '')} |"
+                f"| {stats['runs_per_s']:.0f} | {stats.get('writes_per_run', '')} | {stats.get('p50_over_floor', '')} "
+                f"| {versus.get('p50_speedup', '')} | {versus.get('runs_per_s_ratio', '')} |"
             )
+    floors = ", ".join(
+        f"{processes} process(es): p50 {cell['commit_floor']['p50_us']:.0f} µs" for processes, cell in figures["cells"].items()
+        if "commit_floor" in cell
+    )
+    lines.append("")
+    lines.append(f"Commit floor (one minimal synchronous commit, measured before each process count): {floors}.")
     return "\n".join(lines)
 
 
