@@ -23,12 +23,22 @@ from tracelock.core.entry import Entry
 from tracelock.errors import UsageError
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
+from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.records import readable_payload
 from tracelock.runtime.replay.recompute import FingerprintCheck, recompute_fingerprint
-from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
+from tracelock.storage.backend import Store
+from tracelock.storage.copy import (
+    CopyReport,
+    ReplayClock,
+    copy_store,
+    queue_rows,
+    refuse_destination,
+    verify_copy,
+)
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
 from tracelock.storage.postgres import PostgresStore
+from tracelock.storage.queue_backend import QueueBackend, QueueRow
 from tracelock.storage.verify import verify_run
 
 
@@ -243,15 +253,24 @@ def store_group() -> None:
 @reports_errors
 def store_copy_command(source: str, destination: str, as_json: bool) -> None:
     """Copy the store at SOURCE into the new or empty store at DESTINATION (a directory or
-    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted),
-    then verify the copy: entries, payloads, runs and the Merkle root. Exit 1 if they differ."""
+    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted) and
+    its run queue's rows, then verify the copy: entries, payloads, runs, the Merkle root and
+    the queue rows. A source with leased runs (workers running) is refused before anything
+    is written. Exit 1 if they differ."""
     clock = ReplayClock()
-    with open_store(source, create=False, read_only=True) as src, open_store(destination, clock=clock) as dst:
-        total = src.size()
-        with Progress("copy", "entries", total) as bar:
-            copy_store(src, dst, clock, progress=bar.update)
-        report = verify_copy(src, dst, total)
-        where = {"source": src.location, "destination": dst.location}
+    with open_store(source, create=False, read_only=True) as src:
+        try:
+            # Read (and refused, if leased) before the destination is even created.
+            source_queue = existing_queue(src)
+            rows = queue_rows(source_queue, src.location)
+            with open_store(destination, clock=clock) as dst:
+                try:
+                    report = _copy(src, dst, clock, source_queue, rows)
+                finally:
+                    close_queue(dst)
+                where = {"source": src.location, "destination": dst.location}
+        finally:
+            close_queue(src)
     document = report.to_dict() | where
 
     def text() -> str:
@@ -259,6 +278,7 @@ def store_copy_command(source: str, destination: str, as_json: bool) -> None:
         lines = [
             f"{verdict}: copied {report.entries} entries of {report.runs} runs, {report.payloads} payloads "
             f"({report.redacted} redacted) from {where['source']} to {where['destination']}",
+            _queue_line(report),
             f"source root {report.source_root}",
             f"copy root   {report.copy_root}",
         ]
@@ -268,6 +288,29 @@ def store_copy_command(source: str, destination: str, as_json: bool) -> None:
     emit(as_json, document, text)
     if not report.ok:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def _copy(
+    src: Store, dst: Store, clock: ReplayClock, source_queue: QueueBackend | None, rows: list[QueueRow] | None
+) -> CopyReport:
+    """Refuse a destination that is not empty before writing anything, copy the entries,
+    then the queue's ``rows`` (read before the source's size: see tracelock.storage.copy)."""
+    refuse_destination(dst, existing_queue(dst))
+    with Progress("copy", "entries", src.size()) as bar:
+        total = copy_store(src, dst, clock, progress=bar.update)
+    copy_queue = None
+    if rows is not None:
+        copy_queue = queue_for(dst)
+        copy_queue.restore(rows)
+    return verify_copy(src, dst, total, queues=(source_queue, copy_queue))
+
+
+def _queue_line(report: CopyReport) -> str:
+    if not report.queue_rows:
+        return "run queue: no rows"
+    states = ", ".join(f"{count} {state}" for state, count in sorted(report.queue_states.items()))
+    rows = "1 row" if report.queue_rows == 1 else f"{report.queue_rows} rows"
+    return f"run queue: {rows} copied ({states})"
 
 
 COMMANDS = [log_command, show_command, verify_command, store_group]

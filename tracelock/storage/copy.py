@@ -5,6 +5,14 @@ The destination must be empty and opened with a :class:`ReplayClock`: appends as
 into an empty store makes them assign the source's values; the clock hands each append the
 source entry's ``ts``. So every copied entry is the source's canonical line, byte for byte,
 which :func:`verify_copy` then checks along with payloads, run heads and Merkle roots.
+
+The run queue travels too (the callers open the queue backends: that is the runtime's
+business). Its rows are read before the first entry is copied (:func:`queue_rows`), which
+refuses a queue with leased runs (a worker holds them and may still change them), and are
+restored verbatim, positions included, into the destination's empty queue after the last
+entry (``QueueBackend.restore``); :func:`verify_copy` compares them row by row. Reading the
+rows before the journal's size keeps every run a row says is ``done`` or ``waiting``
+whole in the copied prefix.
 """
 
 from __future__ import annotations
@@ -17,8 +25,16 @@ from typing import Any
 from tracelock.core.entry import Entry
 from tracelock.storage.backend import NO_PAYLOAD, NewEntry, RedactedPayload, Store
 from tracelock.storage.errors import PayloadMissingError, StoreError, StoreNotEmptyError
+from tracelock.storage.queue_backend import QueueBackend, QueueNotEmptyError, QueueRow, leased_error
 
-__all__ = ["CopyReport", "ReplayClock", "copy_store", "verify_copy"]
+__all__ = [
+    "CopyReport",
+    "ReplayClock",
+    "copy_store",
+    "queue_rows",
+    "refuse_destination",
+    "verify_copy",
+]
 
 _BATCH = 512
 
@@ -42,6 +58,10 @@ class CopyReport:
     source_root: str
     copy_root: str
     mismatches: list[str] = field(default_factory=list)
+    #: The source queue's rows compared with the copy's (0 when the source has no queue),
+    #: and how many are in each state.
+    queue_rows: int = 0
+    queue_states: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -56,8 +76,39 @@ class CopyReport:
             "redacted": self.redacted,
             "source_root": self.source_root,
             "copy_root": self.copy_root,
+            "queue_rows": self.queue_rows,
+            "queue_states": self.queue_states,
             "mismatches": self.mismatches,
         }
+
+
+def refuse_destination(destination: Store, queue: QueueBackend | None) -> None:
+    """Refuse a destination that holds entries (``STORE_NOT_EMPTY``) or whose run queue
+    ``queue`` (None: it has none) holds rows (``QUEUE_NOT_EMPTY``)."""
+    if destination.size():
+        raise StoreNotEmptyError(
+            f"the destination {destination.location} is not empty ({destination.size()} entries); "
+            "copy into a new store",
+            details={"destination": destination.location, "entries": destination.size()},
+        )
+    held = sum(sum(states.values()) for states in queue.counts().values()) if queue is not None else 0
+    if held:
+        raise QueueNotEmptyError(
+            f"the destination {destination.location} has {held} runs in its run queue; copy into a new store",
+            details={"destination": destination.location, "runs": held},
+        )
+
+
+def queue_rows(queue: QueueBackend | None, where: str) -> list[QueueRow] | None:
+    """The rows of the source's run ``queue`` a copy carries (None: the source has no
+    queue). A leased run is refused (``QUEUE_RUNS_LEASED``): read this before anything is
+    written, and before the source's size is taken."""
+    if queue is None:
+        return None
+    rows = queue.rows()
+    if any(row.item.state == "leased" for row in rows):
+        raise leased_error(rows, where)
+    return rows
 
 
 def _item(source: Store, entry: Entry) -> NewEntry:
@@ -95,12 +146,7 @@ def copy_store(
 ) -> int:
     """Append every entry of ``source`` to the empty ``destination`` (opened with
     ``clock``), in ``seq`` order with its payload. Returns the number of entries copied."""
-    if destination.size():
-        raise StoreNotEmptyError(
-            f"the destination {destination.location} is not empty ({destination.size()} entries); "
-            "copy into a new store",
-            details={"destination": destination.location, "entries": destination.size()},
-        )
+    refuse_destination(destination, None)
     total = source.size()
     done = 0
     for batch in _batches(islice(source.iter_entries(), total)):
@@ -120,9 +166,35 @@ def copy_store(
     return done
 
 
-def verify_copy(source: Store, copy: Store, size: int) -> CopyReport:
+def _queue_mismatches(source: list[QueueRow], copy: list[QueueRow]) -> list[str]:
+    """Row by row, every column and the position (so the order runs are taken in)."""
+    mismatches: list[str] = []
+    copied = {row.item.run: row.columns() for row in copy}
+    for row in source:
+        mine = row.columns()
+        other = copied.pop(row.item.run, None)
+        if other is None:
+            mismatches.append(f"queue row of run {row.item.run} is missing from the copy")
+            continue
+        for column, value in mine.items():
+            if other[column] != value:
+                shown = "" if column == "input" else f": {value!r} in the source, {other[column]!r} in the copy"
+                mismatches.append(f"queue row of run {row.item.run} differs in {column}{shown}")
+    mismatches.extend(f"queue row of run {run} is in the copy, not in the source" for run in copied)
+    return mismatches
+
+
+def verify_copy(
+    source: Store,
+    copy: Store,
+    size: int,
+    *,
+    queues: tuple[QueueBackend | None, QueueBackend | None] | None = None,
+) -> CopyReport:
     """Compare the first ``size`` entries of both stores: canonical lines, payload states
-    and bytes, each run's head hash and entry count, and the Merkle roots at ``size``."""
+    and bytes, each run's head hash and entry count, and the Merkle roots at ``size``.
+    With ``queues`` (the source's and the copy's run queue, None where there is none),
+    also every queue row: a source queue that changed during the copy shows here too."""
     mismatches: list[str] = []
     heads: dict[str, str] = {}
     digests: set[str] = set()
@@ -154,4 +226,18 @@ def verify_copy(source: Store, copy: Store, size: int) -> CopyReport:
             mismatches.append(f"run {run} is indexed differently in the copy")
     source_root = source.tree_root(size).hex()
     copy_root = copy.tree_root(size).hex() if copy.size() >= size else ""
-    return CopyReport(size, len(heads), len(digests), redacted, source_root, copy_root, mismatches)
+    report = CopyReport(size, len(heads), len(digests), redacted, source_root, copy_root, mismatches)
+    if queues is not None:
+        _verify_queue(report, *queues)
+    return report
+
+
+def _verify_queue(report: CopyReport, source: QueueBackend | None, copy: QueueBackend | None) -> None:
+    theirs = source.rows() if source is not None else []
+    ours = copy.rows() if copy is not None else []
+    if source is not None and copy is None:
+        report.mismatches.append("the source has a run queue, the copy has none")
+    report.mismatches.extend(_queue_mismatches(theirs, ours))
+    report.queue_rows = len(theirs)
+    for row in theirs:
+        report.queue_states[row.item.state] = report.queue_states.get(row.item.state, 0) + 1

@@ -38,6 +38,9 @@ __all__ = [
     "QueueBackend",
     "QueueError",
     "QueueItem",
+    "QueueLeasedError",
+    "QueueNotEmptyError",
+    "QueueRow",
 ]
 
 QUEUE_STATES = ("queued", "leased", "waiting", "done", "error")
@@ -55,6 +58,19 @@ class LeaseLostError(StoreError):
     the append was written; the run belongs to another worker now."""
 
     code = "QUEUE_LEASE_LOST"
+
+
+class QueueLeasedError(QueueError):
+    """Queue rows could not be copied: some runs are leased (a worker holds them, and may
+    still append to them and change their rows)."""
+
+    code = "QUEUE_RUNS_LEASED"
+
+
+class QueueNotEmptyError(QueueError):
+    """Queue rows can be restored only into a queue that holds none."""
+
+    code = "QUEUE_NOT_EMPTY"
 
 
 #: The columns a queue item is read from (a queued-runs table aliased ``r``), in the order
@@ -107,6 +123,45 @@ class QueueItem:
             "note": self.note,
             "worker": self.worker,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """A queue row as stored, with its position (the order runs are taken in): what a copy
+    of the queue reads and restores."""
+
+    position: int
+    item: QueueItem
+
+    def columns(self) -> dict[str, Any]:
+        """Every stored column of the row (the lease's worker is not one)."""
+        item = self.item
+        return {
+            "run": item.run,
+            "queue": item.queue,
+            "agent": item.agent,
+            "input": item.input,
+            "state": item.state,
+            "attempts": item.attempts,
+            "enqueued_ms": item.enqueued_ms,
+            "idempotency_key": item.idempotency_key,
+            "note": item.note,
+            "position": self.position,
+        }
+
+
+def leased_error(rows: Sequence[QueueRow], where: str) -> QueueLeasedError:
+    """The refusal of a copy of ``rows`` (some of them leased) out of the queue ``where``."""
+    leased = [row.item for row in rows if row.item.state == "leased"]
+    workers = sorted({item.worker for item in leased if item.worker})
+    held_by = f" (held by {', '.join(workers)})" if workers else ""
+    return QueueLeasedError(
+        f"the run queue of {where} has {len(leased)} leased run{'' if len(leased) == 1 else 's'}{held_by}: "
+        "a worker holds them and may still change them, so they cannot be copied consistently; "
+        "stop the workers (`tracelock worker` hands its runs back on SIGTERM; a run whose worker died "
+        "stays leased until another worker takes it over once its lease expired) and copy again",
+        details={"leased": len(leased), "runs": [item.run for item in leased[:20]], "workers": workers},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +270,19 @@ class QueueBackend(Protocol):
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per queue, how many runs are in each state."""
+        ...
+
+    def rows(self) -> list[QueueRow]:
+        """Every row with its position, in position order, read in one transaction (the
+        leased ones name their worker)."""
+        ...
+
+    def restore(self, rows: Sequence[QueueRow]) -> int:
+        """Insert ``rows`` as given (every column and position) into this queue, which must
+        hold no row (``QUEUE_NOT_EMPTY``), in one transaction; leased rows are refused
+        (``QUEUE_RUNS_LEASED``: no lease comes with them). The position counter then
+        continues after the highest position restored; fencing tokens stay this queue's own.
+        Returns the number of rows restored."""
         ...
 
     def wait(self, timeout: float) -> bool:

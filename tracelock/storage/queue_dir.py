@@ -33,6 +33,9 @@ from tracelock.storage.queue_backend import (
     FenceBook,
     QueueError,
     QueueItem,
+    QueueNotEmptyError,
+    QueueRow,
+    leased_error,
     lost,
 )
 
@@ -342,6 +345,40 @@ class DirectoryQueue:
         for queue, state, count in self._read("SELECT queue, state, count(*) FROM runs GROUP BY queue, state ORDER BY queue, state"):
             out.setdefault(str(queue), {})[str(state)] = int(count)
         return out
+
+    def rows(self) -> list[QueueRow]:
+        rows = self._read(
+            f"SELECT {ITEM_COLUMNS}, l.worker, r.position FROM runs r LEFT JOIN leases l USING (run) ORDER BY r.position"
+        )
+        return [QueueRow(int(row[10]), QueueItem.from_row(row, row[9])) for row in rows]
+
+    # -- copying -----------------------------------------------------------------------
+    def restore(self, rows: Sequence[QueueRow]) -> int:
+        if any(row.item.state == "leased" for row in rows):
+            raise leased_error(rows, str(self._path))
+        with self._write() as conn:
+            held = int(conn.execute("SELECT count(*) FROM runs").fetchone()[0])
+            if held:
+                raise QueueNotEmptyError(
+                    f"the run queue {self._path} already holds {held} runs: restore into an empty queue",
+                    details={"queue": str(self._path), "runs": held},
+                )
+            values = [
+                (i.run, i.queue, i.agent, i.input, i.idempotency_key, i.state, row.position, i.enqueued_ms, i.attempts, i.note)
+                for row in rows
+                for i in (row.item,)
+            ]
+            try:
+                conn.executemany(
+                    "INSERT INTO runs (run, queue, agent, input, idempotency_key, state, position, enqueued_ms, "
+                    "attempts, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    values,
+                )
+            except sqlite3.Error as exc:  # a run twice, a state the table does not know
+                raise QueueError(f"cannot restore rows into the queue {self._path}: {exc}") from None
+            top = max((row.position for row in rows), default=0)
+            conn.execute("UPDATE counters SET value = max(value, ?) WHERE name = 'position'", (top,))
+        return len(rows)
 
     # -- waking ------------------------------------------------------------------------
     def _data_version(self) -> int:

@@ -33,6 +33,9 @@ from tracelock.storage.queue_backend import (
     FenceBook,
     QueueError,
     QueueItem,
+    QueueNotEmptyError,
+    QueueRow,
+    leased_error,
     lost,
 )
 
@@ -362,6 +365,59 @@ class PostgresQueue:
 
         found: dict[str, dict[str, int]] = self._run("cannot read the queue in", work)
         return found
+
+    def rows(self) -> list[QueueRow]:
+        def work(conn: Any) -> list[QueueRow]:
+            rows = conn.execute(
+                f"SELECT {ITEM_COLUMNS}, l.worker, r.position FROM tracelock_queue_runs r "
+                "LEFT JOIN tracelock_queue_leases l USING (run) ORDER BY r.position"
+            ).fetchall()
+            return [
+                QueueRow(int(row[10]), QueueItem.from_row(row, None if row[9] is None else str(row[9]))) for row in rows
+            ]
+
+        found: list[QueueRow] = self._run("cannot read the queue in", work)
+        return found
+
+    # -- copying -----------------------------------------------------------------------
+    def restore(self, rows: Sequence[QueueRow]) -> int:
+        if any(row.item.state == "leased" for row in rows):
+            raise leased_error(rows, self._shown)
+        values = [
+            (i.run, i.queue, i.agent, i.input, i.idempotency_key, i.state, row.position, i.enqueued_ms, i.attempts, i.note)
+            for row in rows
+            for i in (row.item,)
+        ]
+        top = max((row.position for row in rows), default=0)
+        ready = sorted({row.item.queue for row in rows if row.item.state == "queued"})
+
+        def work(conn: Any) -> int:
+            # No submit may slip in between the check and the inserts.
+            conn.execute("LOCK TABLE tracelock_queue_runs IN SHARE ROW EXCLUSIVE MODE")
+            held = int(conn.execute("SELECT count(*) FROM tracelock_queue_runs").fetchone()[0])
+            if held:
+                raise QueueNotEmptyError(
+                    f"the run queue in {self._shown} already holds {held} runs: restore into an empty queue",
+                    details={"store": self._shown, "runs": held},
+                )
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO tracelock_queue_runs (run, queue, agent, input, idempotency_key, state, position, "
+                    "enqueued_ms, attempts, note) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    values,
+                )
+            if top > 0:
+                # The sequence may be ahead already (a rolled-back submit still draws a value).
+                used = conn.execute(
+                    "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM tracelock_queue_positions"
+                ).fetchone()
+                conn.execute("SELECT setval('tracelock_queue_positions', %s)", (max(top, int(used[0])),))
+            for queue in ready:
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, queue))
+            return len(values)
+
+        done: int = self._run("cannot restore rows into the queue in", work)
+        return done
 
     # -- waking ------------------------------------------------------------------------
     def wait(self, timeout: float) -> bool:
