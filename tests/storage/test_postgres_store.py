@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -42,7 +43,7 @@ from tracelock.storage.errors import (
     StoreSchemaTooNewError,
 )
 from tracelock.storage.postgres import PostgresStore
-from tracelock.storage.postgres.schema import SCHEMA_VERSION
+from tracelock.storage.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -330,3 +331,38 @@ def test_sessions_commit_durably_even_when_the_database_default_is_off(
         assert store._one("SHOW synchronous_commit") == ("on",)
         store.append("r", "run.start")
         assert store._one("SHOW synchronous_commit") == ("on",)
+
+
+def test_a_store_of_an_older_schema_is_migrated_by_its_first_writer(pg_url: str) -> None:
+    # A version 2 store (before the append function), made by its own migrations, with a run.
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for statements in MIGRATIONS[:2]:
+            for statement in statements:
+                conn.execute(statement.encode())
+        conn.execute("INSERT INTO tracelock_meta VALUES ('store_id', 'old'), ('schema_version', '2')")
+    with pytest.raises(StoreFormatError, match="needs migrating"):
+        PostgresStore(pg_url, read_only=True)
+    with PostgresStore(pg_url, clock=Ticks()) as store:
+        first = record(store, "a")
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT value FROM tracelock_meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),
+        )
+    with PostgresStore(pg_url, read_only=True) as store:
+        assert store.entries("a") == first
+        assert store.store_id == "old"
+
+
+def test_a_handle_that_did_not_see_another_writer_falls_back_and_appends_in_order(pg_url: str) -> None:
+    with PostgresStore(pg_url, clock=Ticks()) as one, PostgresStore(pg_url, clock=Ticks()) as two:
+        written = [one.append("r", "run.start", new_run=True)]
+        # Each handle's guess (the head its last commit left) is wrong every other time: the
+        # append function refuses it without writing, and the locked path appends instead.
+        for number in range(6):
+            handle = one if number % 2 else two
+            written.append(handle.append("r", "effect", payload={"n": number}))
+            written.append(handle.append(f"s{number}", "run.start", new_run=True))
+        assert [entry.seq for entry in written] == list(range(13))
+        assert list(one.iter_entries()) == written
+        assert_consistent(written)
+        assert one.run_info("r").entries == 7

@@ -70,6 +70,46 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " consistency bytea,"
         " vkeys text NOT NULL)",
     ),
+    (
+        # One append transaction in one call (docs/storage-postgres.md, "How seq, i and prev
+        # are assigned"): the entries were built on the heads the caller's handle left at its
+        # last commit, valid only while next_seq is still ``expect``. Under the head row lock
+        # it checks that, and either writes everything, or raises serialization_failure
+        # (40001), which rolls the transaction back at once: the lock is let go without a
+        # commit to wait for. A function with one JSON argument, not a string of statements:
+        # its plans are prepared once per session, and the client sends one document made by
+        # a C serializer instead of quoting every value. ``batch`` holds arrays of rows:
+        # p (payloads: hash hex, canonical bytes base64 or null when redacted), e (entries:
+        # seq, run, i, line base64, leaf hex), u (runs updated: run, status, agent,
+        # updated_ts, last_seq, added entries, last_hash, closed) and n (runs inserted: every
+        # column of tracelock_runs in table order). Bytes travel as base64 so that they
+        # come back exactly whatever the database's encoding.
+        "CREATE FUNCTION tracelock_append(expect bigint, next bigint, batch json)"
+        " RETURNS void LANGUAGE plpgsql AS $$\n"
+        "DECLARE head bigint;\n"
+        "BEGIN\n"
+        "  SELECT next_seq INTO head FROM tracelock_head WHERE id = 1 FOR UPDATE;\n"
+        "  IF head <> expect THEN\n"
+        "    RAISE EXCEPTION 'next_seq is %, not %', head, expect USING ERRCODE = 'serialization_failure';\n"
+        "  END IF;\n"
+        "  INSERT INTO tracelock_payloads (hash, data, redacted)"
+        " SELECT decode(p->>0, 'hex'), decode(p->>1, 'base64'), p->>1 IS NULL"
+        " FROM json_array_elements(batch->'p') AS p ON CONFLICT (hash) DO NOTHING;\n"
+        "  INSERT INTO tracelock_entries (seq, run, i, line, leaf)"
+        " SELECT (e->>0)::bigint, e->>1, (e->>2)::bigint, decode(e->>3, 'base64'), decode(e->>4, 'hex')"
+        " FROM json_array_elements(batch->'e') AS e;\n"
+        "  UPDATE tracelock_runs r SET status = COALESCE(u->>1, r.status), agent = COALESCE(r.agent, u->>2),"
+        " updated_ts = (u->>3)::bigint, last_seq = (u->>4)::bigint, entries = r.entries + (u->>5)::bigint,"
+        " last_hash = u->>6, closed = (u->>7)::boolean"
+        " FROM json_array_elements(batch->'u') AS u WHERE r.run = u->>0;\n"
+        "  INSERT INTO tracelock_runs (run, agent, parent, status, started_ts, updated_ts, entries,"
+        " first_seq, last_seq, last_hash, closed)"
+        " SELECT n->>0, n->>1, n->>2, n->>3, (n->>4)::bigint, (n->>5)::bigint, (n->>6)::bigint,"
+        " (n->>7)::bigint, (n->>8)::bigint, n->>9, (n->>10)::boolean"
+        " FROM json_array_elements(batch->'n') AS n;\n"
+        "  UPDATE tracelock_head SET next_seq = next WHERE id = 1;\n"
+        "END $$",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

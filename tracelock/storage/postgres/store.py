@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from base64 import b64encode
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import cached_property
@@ -109,6 +110,29 @@ _FRESH: Any = ("fresh",)
 #: clock): a held entry is committed by the next append, or at once with the next held one
 #: once it is older than this.
 HOLD_WINDOW_MS = 100
+
+
+#: The call of the append function, its parameters sent in binary.
+_APPEND_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::json)"
+
+
+def _run_rows(entries: list[Entry], known: set[str]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The run rows a batch changes (folded as the directory index folds them): updates of
+    the runs in ``known`` (run, status, agent, updated_ts, last_seq, added entries, last
+    hash, closed) and inserts of the others (every column of ``tracelock_runs``)."""
+    updates: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for run, fold in fold_runs(entries).items():
+        first, last = fold.first, fold.last
+        closed = last.kind in TERMINAL_KINDS
+        if run in known:
+            updates.append((run, fold.status, fold.agent, last.ts, last.seq, fold.count, last.hash, closed))
+        else:
+            inserts.append(
+                (run, fold.agent, fold.parent, fold.status or "created",
+                 first.ts, last.ts, fold.count, first.seq, last.seq, last.hash, closed)
+            )
+    return updates, inserts
 
 
 def _ended(run: str) -> StoreError:
@@ -400,16 +424,17 @@ class PostgresStore:
             self._pool.check()
 
     def _transact(self, conn: Any, batch: list[Request], names: list[str], committing: list[bool]) -> None:
-        # A client-side cursor sends each step as one simple query (the parameters bound
-        # by the driver's own quoting): one round trip each. In READ COMMITTED each
-        # statement reads a snapshot taken when it starts, so the runs' heads are read
-        # after the head row lock was granted.
-        cur = self._psycopg.ClientCursor(conn)
+        # The usual case, one call of the append function (server-side parameters, binary).
         tip = self._tip
         if tip is not None and self._can_speculate(batch) and self._attempt(
-            conn, cur, batch, tip, self._heads, committing
+            conn, conn.cursor(), batch, tip, self._heads, committing
         ):
             return
+        # Otherwise a client-side cursor sends each step as one simple query (the parameters
+        # bound by the driver's own quoting): one round trip each. In READ COMMITTED each
+        # statement reads a snapshot taken when it starts, so the runs' heads are read after
+        # the head row lock was granted.
+        cur = self._psycopg.ClientCursor(conn)
         # Lock first, then read the heads (after the lock was granted), build, write and
         # commit: this always succeeds.
         cur.execute(
@@ -463,11 +488,13 @@ class PostgresStore:
     ) -> bool:
         """:meth:`_write` on heads known without holding the lock; False (nothing
         committed) if another writer appended since."""
+        errors = self._psycopg.errors
         try:
             self._write(cur, batch, seq, known, committing, locked=False)
-        except self._psycopg.errors.UniqueViolation:
-            # Another writer's entry holds that seq (or that run's next i): the error
-            # rolled the implicit transaction back.
+        except (errors.SerializationFailure, errors.UniqueViolation):
+            # Another writer appended since (or a run this batch starts exists already: a
+            # caller's new_run on a used id, which the locked path reports): the error rolled
+            # the implicit transaction back, lock included, with nothing to flush.
             conn.rollback()
             committing[0] = False
             self._forget()
@@ -505,12 +532,13 @@ class PostgresStore:
     ) -> None:
         """Build the batch's entries from ``seq`` on and send them with ``COMMIT``.
 
-        ``locked``: the transaction is open and holds the head row lock. Otherwise the lock
-        is taken in the same round trip (one implicit transaction), and the heads are what
-        this handle's last commit left: if anyone appended since, the entry with that
-        ``seq`` (or that run's next ``i``) exists, the insert fails with a unique violation
-        and nothing is committed.
+        ``locked``: the transaction is open and holds the head row lock; the writes go as
+        statements of one simple query ending with ``COMMIT``. Otherwise the heads are what
+        this handle's last commit left, and everything goes in one call of
+        ``tracelock_append`` (one implicit transaction), which takes the lock and writes
+        only if ``next_seq`` is still ``seq`` (else it raises ``SerializationFailure``).
         """
+        first = seq
         touched: dict[str, tuple[int, str] | None] = {}
         payload_rows: dict[bytes, bytes] = {}
         entry_rows: list[tuple[int, str, int, bytes, bytes]] = []
@@ -535,13 +563,29 @@ class PostgresStore:
             if locked:
                 cur.execute(b"ROLLBACK")
             return
+        updates, inserts = _run_rows(built, set(known))
+        committing[0] = True
+        if locked:
+            self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
+        else:
+            self._call_append(cur, first, seq, payload_rows, entry_rows, updates, inserts)
+        for request, out in results:
+            request.result = out
+        self._heads.update(touched)
+        self._tip = seq
+
+    @staticmethod
+    def _send_statements(
+        cur: Any,
+        payload_rows: dict[bytes, bytes],
+        entry_rows: list[tuple[int, str, int, bytes, bytes]],
+        updates: list[tuple[Any, ...]],
+        inserts: list[tuple[Any, ...]],
+        next_seq: int,
+    ) -> None:
+        """The writes of a locked transaction and its ``COMMIT``, as one simple query."""
         statements: list[str] = []
         args: list[Any] = []
-        if not locked:
-            # No BEGIN: the statements of one simple query run as one implicit transaction,
-            # committed when the last one succeeds and rolled back (the lock released) as
-            # soon as one fails, without another round trip.
-            statements.append("SELECT next_seq FROM tracelock_head WHERE id = 1 FOR UPDATE")
         if payload_rows:
             # Empty data (never canonical JSON) is a redacted payload: stored erased.
             statements.append(
@@ -557,17 +601,44 @@ class PostgresStore:
         )
         for entry_row in entry_rows:
             args += entry_row
-        self._update_runs(statements, args, built, set(known))
+        for run, status, agent, ts, last, count, digest, closed in updates:
+            statements.append(
+                "UPDATE tracelock_runs SET status = COALESCE(%s, status), agent = COALESCE(agent, %s), "
+                "updated_ts = %s, last_seq = %s, entries = entries + %s, last_hash = %s, closed = %s "
+                "WHERE run = %s"
+            )
+            args += (status, agent, ts, last, count, digest, closed, run)
+        if inserts:
+            statements.append(
+                "INSERT INTO tracelock_runs (run, agent, parent, status, started_ts, updated_ts, "
+                "entries, first_seq, last_seq, last_hash, closed) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(inserts))
+            )
+            for insert in inserts:
+                args += insert
         statements.append("UPDATE tracelock_head SET next_seq = %s WHERE id = 1")
-        args.append(seq)
-        if locked:
-            statements.append("COMMIT")
-        committing[0] = True
+        args.append(next_seq)
+        statements.append("COMMIT")
         cur.execute("; ".join(statements), args)
-        for request, out in results:
-            request.result = out
-        self._heads.update(touched)
-        self._tip = seq
+
+    @staticmethod
+    def _call_append(
+        cur: Any,
+        expect: int,
+        next_seq: int,
+        payload_rows: dict[bytes, bytes],
+        entry_rows: list[tuple[int, str, int, bytes, bytes]],
+        updates: list[tuple[Any, ...]],
+        inserts: list[tuple[Any, ...]],
+    ) -> None:
+        """One call of ``tracelock_append`` (schema migration 3, which documents ``batch``)."""
+        batch = {
+            "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
+            "e": [[seq, run, i, b64encode(line).decode(), leaf.hex()] for seq, run, i, line, leaf in entry_rows],
+            "u": updates,
+            "n": inserts,
+        }
+        cur.execute(_APPEND_CALL, (expect, next_seq, orjson.dumps(batch).decode()))
 
     @staticmethod
     def _build(
@@ -609,36 +680,6 @@ class PostgresStore:
             out.append(entry)
             seq += 1
         return out, rows, own, payloads
-
-    @staticmethod
-    def _update_runs(statements: list[str], args: list[Any], entries: list[Entry], known: set[str]) -> None:
-        """One row change per run of the batch (folded as the directory index folds it),
-        added to the transaction's ``statements`` and their ``args``."""
-        batch = fold_runs(entries)
-        inserts: list[tuple[Any, ...]] = []
-        for run, fold in batch.items():
-            first, last = fold.first, fold.last
-            closed = last.kind in TERMINAL_KINDS
-            if run in known:
-                statements.append(
-                    "UPDATE tracelock_runs SET status = COALESCE(%s, status), agent = COALESCE(agent, %s), "
-                    "updated_ts = %s, last_seq = %s, entries = entries + %s, last_hash = %s, closed = %s "
-                    "WHERE run = %s"
-                )
-                args += (fold.status, fold.agent, last.ts, last.seq, fold.count, last.hash, closed, run)
-            else:
-                inserts.append(
-                    (run, fold.agent, fold.parent, fold.status or "created",
-                     first.ts, last.ts, fold.count, first.seq, last.seq, last.hash, closed)
-                )
-        if inserts:
-            statements.append(
-                "INSERT INTO tracelock_runs (run, agent, parent, status, started_ts, updated_ts, "
-                "entries, first_seq, last_seq, last_hash, closed) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(inserts))
-            )
-            for insert in inserts:
-                args += insert
 
     def sync(self) -> None:
         """Commit the held entries (:meth:`append_held`); every other append returned after
