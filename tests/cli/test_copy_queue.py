@@ -1,6 +1,6 @@
 """``tracelock store copy`` carries the run queue: directory -> PostgreSQL and back on a real
 server, every row verbatim (queued, done with an idempotency key, waiting for approval, in
-error) and in its order; a resubmitted key finds its run, workers on the copy take the queued
+error; tenants included) and in its order; a resubmitted key finds its run, workers on the copy take the queued
 runs in order and resume the approved one; leased runs and a non-empty destination queue are
 refused before anything is written."""
 
@@ -18,6 +18,7 @@ from tests.runtime import _queue_agents as agents
 from tracelock.cli.main import cli
 from tracelock.runtime.queue import Worker
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
+from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
 from tracelock.storage.copy import verify_copy
 from tracelock.storage.open import open_store
@@ -57,10 +58,10 @@ def copy(source: str, destination: str, *, as_json: bool = True) -> tuple[int, A
 
 
 def fill(location: str) -> dict[str, Any]:
-    """A done run (keyed), one waiting for approval, one in error, then three queued runs on
-    two queues; returns their run ids."""
+    """A done run (keyed, for a tenant), one waiting for approval, one in error, then three
+    queued runs on two queues (one for a tenant); returns their run ids."""
     with runtime(location) as handle:
-        paid = handle.submit(agents.payer, {"key": "paid"}, idempotency_key="order-1")
+        paid = handle.submit(agents.payer, {"key": "paid"}, idempotency_key="order-1", tenant="acme")
         parcel = handle.submit(agents.shipper, {"key": "parcel"})
         queue_for(handle.store).enqueue("run-missing-code", "default", "tests.runtime.no_such_module:agent", b"{}", None)
         assert dict(serve(handle)) == {
@@ -68,7 +69,7 @@ def fill(location: str) -> dict[str, Any]:
             parcel.run_id: "awaiting_approval",
             "run-missing-code": "error",
         }
-        queued = [handle.submit(agents.plain, {"key": f"q{number}"}).run_id for number in range(2)]
+        queued = [handle.submit(agents.plain, {"key": f"q{number}"}, tenant=tenant).run_id for number, tenant in enumerate(["globex", None])]
         other = handle.submit(agents.plain, {"key": "elsewhere"}, queue="other").run_id
         queued.append(handle.submit(agents.plain, {"key": "q2"}, idempotency_key="late").run_id)
         return {"paid": paid.run_id, "parcel": parcel.run_id, "queued": queued, "other": other}
@@ -92,10 +93,12 @@ def test_the_queue_is_copied_verbatim_and_served_in_order_on_the_copy(locations:
     assert document["queue_rows"] == 7
     assert document["queue_states"] == {"done": 1, "waiting": 1, "error": 1, "queued": 4}
     assert rows(destination) == rows(source)  # every column and position
+    tenants = {row["run"]: row["tenant"] for row in rows(destination)}
+    assert (tenants[runs["paid"]], tenants[runs["queued"][0]], tenants[runs["queued"][1]]) == ("acme", "globex", None)
 
     with runtime(destination) as moved:
-        # The idempotency key of a finished run still names it: no second run.
-        again = moved.submit(agents.payer, {"key": "paid"}, idempotency_key="order-1")
+        # The idempotency key of a finished run still names it (with its tenant): no second run.
+        again = moved.submit(agents.payer, {"key": "paid"}, idempotency_key="order-1", tenant="acme")
         assert again.run_id == runs["paid"] and again.status() == "completed"
         assert again.result(timeout=10).output == {"found": "PAID", "refunded": "refunded", "charged": "charged"}
         assert moved.handle("run-missing-code").status() == "error"
@@ -103,6 +106,7 @@ def test_the_queue_is_copied_verbatim_and_served_in_order_on_the_copy(locations:
         # A new submit lands after the copied runs, and the queued ones go in their order.
         fresh = moved.submit(agents.plain, {"key": "after"}).run_id
         assert serve(moved) == [(run, "completed") for run in [*runs["queued"], fresh]]
+        assert load_run(moved.store, runs["queued"][0]).start["tenant"] == "globex"  # from the copied row
         assert moved.handle(runs["other"]).status() == "queued"
         # The waiting run needs only its approval, journaled on the copy.
         step = moved.retrieve(runs["parcel"]).waiting_step
@@ -176,8 +180,9 @@ def test_a_destination_whose_queue_is_not_empty_is_refused(locations: Locations)
     assert len(rows(destination)) == 1
 
 
-def _row(run: str, position: int, state: str = "queued") -> QueueRow:
-    return QueueRow(position, QueueItem(run, "default", "m:agent", b'{"a":1}', state, 1, 1_700_000_000_000 + position))
+def _row(run: str, position: int, state: str = "queued", tenant: str | None = None) -> QueueRow:
+    item = QueueItem(run, "default", "m:agent", b'{"a":1}', state, 1, 1_700_000_000_000 + position, tenant=tenant)
+    return QueueRow(position, item)
 
 
 @pytest.mark.parametrize("kind", ["directory", "postgresql"])
@@ -219,14 +224,15 @@ def test_verification_reports_a_queue_row_that_differs(tmp_path: Path, database:
     with open_store(tmp_path / "a") as first, open_store(database) as second:
         theirs, ours = queue_for(first), queue_for(second)
         try:
-            theirs.restore([_row("a", 1), _row("b", 2), _row("c", 3)])
-            ours.restore([_row("a", 1), _row("b", 2, "done"), _row("x", 3)])
+            theirs.restore([_row("a", 1, tenant="acme"), _row("b", 2), _row("c", 3)])
+            ours.restore([_row("a", 1, tenant="globex"), _row("b", 2, "done"), _row("x", 3)])
             report = verify_copy(first, second, 0, queues=(theirs, ours))
         finally:
             close_queue(first)
             close_queue(second)
     assert not report.ok
     assert report.mismatches == [
+        "queue row of run a differs in tenant: 'acme' in the source, 'globex' in the copy",
         "queue row of run b differs in state: 'queued' in the source, 'done' in the copy",
         "queue row of run c is missing from the copy",
         "queue row of run x is in the copy, not in the source",

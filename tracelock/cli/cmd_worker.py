@@ -158,21 +158,33 @@ def worker_command(
 @click.option("--input", "input_file", type=click.Path(path_type=Path, dir_okay=False), help="JSON file with the run's input.")
 @click.option("--queue", default="default", show_default=True, help="Queue to submit to.")
 @click.option("--key", "idempotency_key", default=None, help="Idempotency key: the same key, from anywhere, names one run.")
+@click.option("--tenant", default=None, help="Tenant key (a customer, a team) recorded in the run's start: the policy's daily_budgets.tenant applies.")
 @click.option("--wait", "wait_s", default=None, type=click.FloatRange(0), help="Wait up to this many seconds for the run's result.")
 @store_option
 @json_option
 @reports_errors
 def submit_command(
-    agent: str, input_file: Path | None, queue: str, idempotency_key: str | None, wait_s: float | None, store_path: Path, as_json: bool
+    agent: str,
+    input_file: Path | None,
+    queue: str,
+    idempotency_key: str | None,
+    tenant: str | None,
+    wait_s: float | None,
+    store_path: Path,
+    as_json: bool,
 ) -> None:
-    """Queue a run of AGENT (module:function) for the workers of the store."""
+    """Queue a run of AGENT (module:function) for the workers of the store.
+
+    With --tenant, the worker runs it for that tenant (recorded in the run's start), so the
+    tenant's daily budgets apply; the same --key with another tenant is refused."""
     _, toolkits = import_agent(agent)
     value = read_json_file(input_file, "input file") if input_file is not None else None
     with runtime_for(store_path, toolkits=toolkits, create=True) as runtime:
-        handle = runtime.submit(agent, value, queue=queue, idempotency_key=idempotency_key)
+        handle = runtime.submit(agent, value, queue=queue, idempotency_key=idempotency_key, tenant=tenant)
         if wait_s is None:
-            document = {"ok": True, "run_id": handle.run_id, "status": handle.status()}
-            emit(as_json, document, f"queued run {handle.run_id} on {queue}")
+            document = {"ok": True, "run_id": handle.run_id, "status": handle.status(), "tenant": tenant}
+            for_whom = f" for tenant {tenant}" if tenant is not None else ""
+            emit(as_json, document, f"queued run {handle.run_id} on {queue}{for_whom}")
             return
         result = handle.result(timeout=wait_s)
     emit(as_json, {"ok": result.ok} | result.to_dict(), lambda: result_text(result))
@@ -188,7 +200,8 @@ def submit_command(
 @json_option
 @reports_errors
 def queue_command(state: str | None, queue: str | None, limit: int, store_path: Path, as_json: bool) -> None:
-    """What the store's queues hold: counts per queue and state, and with --state the runs."""
+    """What the store's queues hold: counts per queue and state, and with --state the runs
+    (each with its tenant, if it was submitted with one)."""
     with runtime_for(store_path) as runtime:
         backend = existing_queue(runtime.store)
         counts = backend.counts() if backend is not None else {}
@@ -202,8 +215,8 @@ def queue_command(state: str | None, queue: str | None, limit: int, store_path: 
         lines = table(["QUEUE", "RUNS"], rows)
         if items:
             lines += [""] + table(
-                ["RUN", "QUEUE", "STATE", "ATTEMPTS", "NOTE"],
-                [[i.run, i.queue, i.state, str(i.attempts), i.note or ""] for i in items],
+                ["RUN", "QUEUE", "STATE", "TENANT", "ATTEMPTS", "NOTE"],
+                [[i.run, i.queue, i.state, i.tenant or "", str(i.attempts), i.note or ""] for i in items],
             )
         return "\n".join(lines)
 

@@ -39,11 +39,16 @@ class Runtime(Engine):
         queue: str = "default",
         idempotency_key: str | None = None,
         run_id: str | None = None,
+        tenant: str | None = None,
     ) -> RunHandle:
         """Queue a run for the workers of this store (``tracelock worker``) and return its
         handle: ``result(timeout)``, ``await handle``, ``status()``. Durable when it returns;
-        the same ``idempotency_key`` from any process names one run (docs/queue.md)."""
-        return submit(self, agent, input, queue=queue, idempotency_key=idempotency_key, run_id=run_id)
+        the same ``idempotency_key`` from any process names one run (docs/queue.md).
+        ``tenant``, as in ``run``, is recorded in the run's start by the worker that runs
+        it, so the policy's ``daily_budgets.tenant`` applies to queued runs too."""
+        return submit(
+            self, agent, input, queue=queue, idempotency_key=idempotency_key, run_id=run_id, tenant=tenant
+        )
 
     def handle(self, run_id: str) -> RunHandle:
         """The handle of a run queued earlier (by any process), to wait on or poll."""

@@ -1,11 +1,11 @@
 """The run queue's storage contract, and the fencing hook the stores call on every append.
 
-A queued run is a row: its run id, queue, agent, input and state (``queued``, ``leased``,
-``waiting`` for a human, ``done``, or ``error`` when no worker can run it). A worker that
-takes a run holds a **lease**: a row (run, worker, token, expires) whose ``token`` is drawn
-from a store-wide counter each time the lease changes hands. The lease is renewed by a
-heartbeat; once it has expired, another worker may take the run over, which draws a new
-token.
+A queued run is a row: its run id, queue, agent, input, tenant (if any) and state
+(``queued``, ``leased``, ``waiting`` for a human, ``done``, or ``error`` when no worker can
+run it). A worker that takes a run holds a **lease**: a row (run, worker, token, expires)
+whose ``token`` is drawn from a store-wide counter each time the lease changes hands. The
+lease is renewed by a heartbeat; once it has expired, another worker may take the run
+over, which draws a new token.
 
 **Fencing.** A worker registers each run it holds with its store handle's
 :class:`AppendGuard` (``store.append_guard``). The store calls the guard inside every
@@ -30,6 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 from tracelock.errors import StoreError
 
 __all__ = [
+    "ITEM_COLUMNS",
+    "ITEM_WIDTH",
     "QUEUE_STATES",
     "AppendGuard",
     "Claim",
@@ -75,7 +77,12 @@ class QueueNotEmptyError(QueueError):
 
 #: The columns a queue item is read from (a queued-runs table aliased ``r``), in the order
 #: :meth:`QueueItem.from_row` takes them: the same on both backends.
-ITEM_COLUMNS = "r.run, r.queue, r.agent, r.input, r.state, r.attempts, r.enqueued_ms, r.idempotency_key, r.note"
+ITEM_COLUMNS = (
+    "r.run, r.queue, r.agent, r.input, r.state, r.attempts, r.enqueued_ms, r.idempotency_key, r.note, r.tenant"
+)
+#: How many columns :data:`ITEM_COLUMNS` names: a query selecting more after them (the
+#: lease's worker, the position) finds them from this index on.
+ITEM_WIDTH = len(ITEM_COLUMNS.split(","))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,8 @@ class QueueItem:
     #: or, in state ``error``, why no worker could run it.
     note: str | None = None
     worker: str | None = None
+    #: The tenant key the run was submitted with (its daily budgets), if any.
+    tenant: str | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any], worker: str | None = None) -> QueueItem:
@@ -109,6 +118,7 @@ class QueueItem:
             idempotency_key=None if row[7] is None else str(row[7]),
             note=None if row[8] is None else str(row[8]),
             worker=worker,
+            tenant=None if row[9] is None else str(row[9]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +132,7 @@ class QueueItem:
             "idempotency_key": self.idempotency_key,
             "note": self.note,
             "worker": self.worker,
+            "tenant": self.tenant,
         }
 
 
@@ -146,6 +157,7 @@ class QueueRow:
             "enqueued_ms": item.enqueued_ms,
             "idempotency_key": item.idempotency_key,
             "note": item.note,
+            "tenant": item.tenant,
             "position": self.position,
         }
 
@@ -234,10 +246,11 @@ class QueueBackend(Protocol):
     fences: FenceBook
 
     def enqueue(
-        self, run: str, queue: str, agent: str, input: bytes, key: str | None
+        self, run: str, queue: str, agent: str, input: bytes, key: str | None, tenant: str | None = None
     ) -> tuple[QueueItem, bool]:
         """Queue a run durably (committed when this returns); ``(item, created)``: a run id
-        already queued is never queued twice, the first row is returned."""
+        already queued is never queued twice, the first row is returned (the caller
+        compares its input and tenant)."""
         ...
 
     def claim(

@@ -29,6 +29,7 @@ from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.queue_backend import (
     ITEM_COLUMNS,
+    ITEM_WIDTH,
     Claim,
     FenceBook,
     QueueError,
@@ -62,6 +63,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
         "INSERT INTO counters (name, value) VALUES ('token', 0), ('position', 0)",
     ),
+    # 2: the tenant a run was submitted with (rows queued before have none).
+    ("ALTER TABLE runs ADD COLUMN tenant TEXT",),
 )
 _VERSION = len(_MIGRATIONS)
 
@@ -209,16 +212,18 @@ class DirectoryQueue:
         return int(row[0])
 
     # -- submitting --------------------------------------------------------------------
-    def enqueue(self, run: str, queue: str, agent: str, input: bytes, key: str | None) -> tuple[QueueItem, bool]:
+    def enqueue(
+        self, run: str, queue: str, agent: str, input: bytes, key: str | None, tenant: str | None = None
+    ) -> tuple[QueueItem, bool]:
         with self._write() as conn:
             row = conn.execute(f"SELECT {ITEM_COLUMNS} FROM runs r WHERE run = ?", (run,)).fetchone()
             if row is not None:
                 return QueueItem.from_row(row), False
             position = self._counter(conn, "position")
             conn.execute(
-                "INSERT INTO runs (run, queue, agent, input, idempotency_key, state, position, enqueued_ms) "
-                "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-                (run, queue, agent, input, key, position, self._clock()),
+                "INSERT INTO runs (run, queue, agent, input, idempotency_key, state, position, enqueued_ms, tenant) "
+                "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
+                (run, queue, agent, input, key, position, self._clock(), tenant),
             )
             row = conn.execute(f"SELECT {ITEM_COLUMNS} FROM runs r WHERE run = ?", (run,)).fetchone()
             return QueueItem.from_row(row), True
@@ -330,7 +335,7 @@ class DirectoryQueue:
         rows = self._read(
             f"SELECT {ITEM_COLUMNS}, l.worker FROM runs r LEFT JOIN leases l USING (run) WHERE r.run = ?", (run,)
         )
-        return QueueItem.from_row(rows[0], rows[0][9]) if rows else None
+        return QueueItem.from_row(rows[0], rows[0][ITEM_WIDTH]) if rows else None
 
     def items(self, *, queue: str | None = None, state: str | None = None, limit: int | None = None) -> list[QueueItem]:
         rows = self._read(
@@ -338,7 +343,7 @@ class DirectoryQueue:
             "WHERE (? IS NULL OR r.queue = ?) AND (? IS NULL OR r.state = ?) ORDER BY r.position LIMIT ?",
             (queue, queue, state, state, -1 if limit is None else limit),
         )
-        return [QueueItem.from_row(row, row[9]) for row in rows]
+        return [QueueItem.from_row(row, row[ITEM_WIDTH]) for row in rows]
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -350,7 +355,7 @@ class DirectoryQueue:
         rows = self._read(
             f"SELECT {ITEM_COLUMNS}, l.worker, r.position FROM runs r LEFT JOIN leases l USING (run) ORDER BY r.position"
         )
-        return [QueueRow(int(row[10]), QueueItem.from_row(row, row[9])) for row in rows]
+        return [QueueRow(int(row[ITEM_WIDTH + 1]), QueueItem.from_row(row, row[ITEM_WIDTH])) for row in rows]
 
     # -- copying -----------------------------------------------------------------------
     def restore(self, rows: Sequence[QueueRow]) -> int:
@@ -364,14 +369,17 @@ class DirectoryQueue:
                     details={"queue": str(self._path), "runs": held},
                 )
             values = [
-                (i.run, i.queue, i.agent, i.input, i.idempotency_key, i.state, row.position, i.enqueued_ms, i.attempts, i.note)
+                (
+                    i.run, i.queue, i.agent, i.input, i.idempotency_key, i.state, row.position, i.enqueued_ms,
+                    i.attempts, i.note, i.tenant,
+                )
                 for row in rows
                 for i in (row.item,)
             ]
             try:
                 conn.executemany(
                     "INSERT INTO runs (run, queue, agent, input, idempotency_key, state, position, enqueued_ms, "
-                    "attempts, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "attempts, note, tenant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     values,
                 )
             except sqlite3.Error as exc:  # a run twice, a state the table does not know

@@ -4,7 +4,8 @@
 any crash of the submitting process, and some worker will run it. The run id is fixed at
 submission (the runtime's id source, or, with an idempotency key, derived from the agent and
 the key exactly as ``Runtime.run`` derives it), so the same key from any process names one
-run and one row.
+run and one row. A tenant given at submission is stored with the row and passed by the
+worker to the run (``Runtime.run(..., tenant=)``), so its daily budgets apply to queued work.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tracelock.runtime.queue.backends import queue_for
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runs.engine import RunResult, keyed_run_id, result_from_record
 from tracelock.storage.errors import RunNotFoundError
-from tracelock.storage.queue_backend import QueueBackend
+from tracelock.storage.queue_backend import QueueBackend, QueueItem
 
 if TYPE_CHECKING:
     from tracelock.runtime.runs.engine import Engine
@@ -74,10 +75,13 @@ def submit(
     queue: str = "default",
     idempotency_key: str | None = None,
     run_id: str | None = None,
+    tenant: str | None = None,
 ) -> RunHandle:
     """Queue ``agent(ctx, input)`` on ``queue``; see the module docstring."""
     if not isinstance(queue, str) or not queue:
         raise AgentDefinitionError("a queue is named by a non-empty string")
+    if tenant is not None and (not isinstance(tenant, str) or not tenant):
+        raise AgentDefinitionError("a tenant is a non-empty string")
     reference, name = agent_reference(engine, agent)
     try:
         data = dumps(input)
@@ -91,15 +95,32 @@ def submit(
     elif run_id is None:
         run_id = engine.new_run_id()
     backend = queue_for(engine.store)
-    item, created = backend.enqueue(run_id, queue, reference, data, idempotency_key)
-    if not created and item.input != data:
-        raise RunStateError(
-            f"idempotency key {idempotency_key!r} was used for run {run_id} with a different input"
-            if idempotency_key is not None
-            else f"run {run_id!r} is already queued with a different input",
-            details={"run": run_id},
-        )
+    item, created = backend.enqueue(run_id, queue, reference, data, idempotency_key, tenant)
+    if not created:
+        _same_submission(item, data, tenant, idempotency_key)
     return RunHandle(engine, backend, run_id)
+
+
+def _same_submission(item: QueueItem, data: bytes, tenant: str | None, key: str | None) -> None:
+    """Refuse a submission that names a queued run (by its key or id) with another input
+    or another tenant: the run already queued is not the one asked for."""
+    if item.input != data:
+        what = "a different input"
+    elif item.tenant != tenant:
+        what = f"{_tenant_text(item.tenant)}, this submission gives {_tenant_text(tenant)}"
+    else:
+        return
+    run_id = item.run
+    raise RunStateError(
+        f"idempotency key {key!r} was used for run {run_id} with {what}"
+        if key is not None
+        else f"run {run_id!r} is already queued with {what}",
+        details={"run": run_id},
+    )
+
+
+def _tenant_text(tenant: str | None) -> str:
+    return "no tenant" if tenant is None else f"tenant {tenant!r}"
 
 
 class RunHandle:
@@ -181,6 +202,13 @@ class RunHandle:
         if item is None:
             raise RunNotFoundError(f"no queued run {self.run_id!r}", details={"run": self.run_id})
         return loads(item.input)
+
+    def tenant(self) -> str | None:
+        """The tenant the run was queued with (None: none)."""
+        item = self._backend.item(self.run_id)
+        if item is None:
+            raise RunNotFoundError(f"no queued run {self.run_id!r}", details={"run": self.run_id})
+        return item.tenant
 
     def _timeout(self, timeout: float | None) -> QueueTimeoutError:
         return QueueTimeoutError(

@@ -7,7 +7,8 @@ see :mod:`tracelock.storage.queue_backend`) and renews its leases from a heartbe
 
 What the worker does with a run it took:
 
-* not started: ``Engine.run`` under the queued run id;
+* not started: ``Engine.run`` under the queued run id, with the queued tenant (its daily
+  budgets apply);
 * started and resumable (a worker died with it, it was approved, its blocked step was
   resolved): ``Engine.resume``, by today's recovery rules: recorded results are reused,
   an unfinished idempotent effect is run again with its first key, an unfinished
@@ -290,7 +291,7 @@ class Worker:
         except RunNotFoundError:
             record = None
         if record is None:
-            return runtime.run(claim.item.agent, loads(claim.item.input), run_id=run)
+            return runtime.run(claim.item.agent, loads(claim.item.input), run_id=run, tenant=claim.item.tenant)
         if record.status in TERMINAL_STATES or not resumable(record):
             return result_from_record(record)
         return runtime.resume(run, record=record)

@@ -29,6 +29,7 @@ from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.postgres.location import redact_location, scrub
 from tracelock.storage.queue_backend import (
     ITEM_COLUMNS,
+    ITEM_WIDTH,
     Claim,
     FenceBook,
     QueueError,
@@ -73,6 +74,8 @@ QUEUE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " token bigint NOT NULL,"
         " expires_ms bigint NOT NULL)",
     ),
+    # 2: the tenant a run was submitted with (rows queued before have none).
+    ("ALTER TABLE tracelock_queue_runs ADD COLUMN tenant text",),
 )
 QUEUE_SCHEMA_VERSION = len(QUEUE_MIGRATIONS)
 
@@ -80,6 +83,12 @@ QUEUE_SCHEMA_VERSION = len(QUEUE_MIGRATIONS)
 _MIGRATION_LOCK = int.from_bytes(b"tlqueue!", "big") - (1 << 63)
 _NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
+
+
+def _worker(row: Any) -> str | None:
+    """The lease's worker, selected right after :data:`ITEM_COLUMNS` (None: no lease)."""
+    found = row[ITEM_WIDTH]
+    return None if found is None else str(found)
 
 
 def _queue_lock(queue: str) -> int:
@@ -186,12 +195,15 @@ class PostgresQueue:
         self._run("cannot prepare the queue in", migrate)
 
     # -- submitting --------------------------------------------------------------------
-    def enqueue(self, run: str, queue: str, agent: str, input: bytes, key: str | None) -> tuple[QueueItem, bool]:
+    def enqueue(
+        self, run: str, queue: str, agent: str, input: bytes, key: str | None, tenant: str | None = None
+    ) -> tuple[QueueItem, bool]:
         def work(conn: Any) -> tuple[QueueItem, bool]:
             row = conn.execute(
-                "INSERT INTO tracelock_queue_runs AS r (run, queue, agent, input, idempotency_key, state, enqueued_ms) "
-                f"VALUES (%s, %s, %s, %s, %s, 'queued', {_NOW_MS}) ON CONFLICT (run) DO NOTHING RETURNING {ITEM_COLUMNS}",
-                (run, queue, agent, input, key),
+                "INSERT INTO tracelock_queue_runs AS r (run, queue, agent, input, idempotency_key, state, enqueued_ms, "
+                f"tenant) VALUES (%s, %s, %s, %s, %s, 'queued', {_NOW_MS}, %s) ON CONFLICT (run) DO NOTHING "
+                f"RETURNING {ITEM_COLUMNS}",
+                (run, queue, agent, input, key, tenant),
             ).fetchone()
             if row is not None:
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, queue))
@@ -334,7 +346,7 @@ class PostgresQueue:
                 "USING (run) WHERE r.run = %s",
                 (run,),
             ).fetchone()
-            return None if row is None else QueueItem.from_row(row, None if row[9] is None else str(row[9]))
+            return None if row is None else QueueItem.from_row(row, _worker(row))
 
         found: QueueItem | None = self._run("cannot read the queue in", work)
         return found
@@ -348,7 +360,7 @@ class PostgresQueue:
 
         def work(conn: Any) -> list[QueueItem]:
             rows = conn.execute(query, (queue, queue, state, state, limit)).fetchall()
-            return [QueueItem.from_row(row, None if row[9] is None else str(row[9])) for row in rows]
+            return [QueueItem.from_row(row, _worker(row)) for row in rows]
 
         found: list[QueueItem] = self._run("cannot read the queue in", work)
         return found
@@ -372,9 +384,7 @@ class PostgresQueue:
                 f"SELECT {ITEM_COLUMNS}, l.worker, r.position FROM tracelock_queue_runs r "
                 "LEFT JOIN tracelock_queue_leases l USING (run) ORDER BY r.position"
             ).fetchall()
-            return [
-                QueueRow(int(row[10]), QueueItem.from_row(row, None if row[9] is None else str(row[9]))) for row in rows
-            ]
+            return [QueueRow(int(row[ITEM_WIDTH + 1]), QueueItem.from_row(row, _worker(row))) for row in rows]
 
         found: list[QueueRow] = self._run("cannot read the queue in", work)
         return found
@@ -384,7 +394,10 @@ class PostgresQueue:
         if any(row.item.state == "leased" for row in rows):
             raise leased_error(rows, self._shown)
         values = [
-            (i.run, i.queue, i.agent, i.input, i.idempotency_key, i.state, row.position, i.enqueued_ms, i.attempts, i.note)
+            (
+                i.run, i.queue, i.agent, i.input, i.idempotency_key, i.state, row.position, i.enqueued_ms,
+                i.attempts, i.note, i.tenant,
+            )
             for row in rows
             for i in (row.item,)
         ]
@@ -403,7 +416,7 @@ class PostgresQueue:
             with conn.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO tracelock_queue_runs (run, queue, agent, input, idempotency_key, state, position, "
-                    "enqueued_ms, attempts, note) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "enqueued_ms, attempts, note, tenant) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     values,
                 )
             if top > 0:
