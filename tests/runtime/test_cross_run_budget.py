@@ -192,3 +192,37 @@ def test_wall_time_is_decided_on_a_recorded_reading(tmp_path: Path) -> None:
         clock.now = 0  # a replay at any time answers both steps from the record
         assert rt.replay(result.run_id, slow).matched
     assert CALLS == ["a"]
+
+
+def test_a_fork_child_meets_the_daily_budgets_with_its_live_steps_only(tmp_path: Path) -> None:
+    from tracelock.runtime.replay.fork import fork_run
+
+    clock = Clock()
+    policy = allow("send", daily_budgets={"agent": {"effects": 3}, "tenant": {"runs": 3}})
+    with runtime(tmp_path, clock, policy) as rt:
+        parent = rt.run(agent, {"to": ["a", "b"]}, tenant="acme")  # 2 of the day's 3 effects
+        # The child reuses step 0 (spent by the parent) and runs step 1 again: 1 effect.
+        child = fork_run(rt, parent.run_id, 1, agent)
+        assert refused(child.output) == [None, None]
+        start = record_of(rt, child.run_id).start
+        assert start["tenant"] == "acme"
+        assert start["daily"] == {"day": "2026-01-01", "runs_before": {"agent": 1, "tenant": 1}}
+        assert effect_of(rt, child.run_id, 1)["daily"]["agent"]["used"]["effects"] == 2
+        # The day's 3 effects are spent: a second fork's live step is denied.
+        again = fork_run(rt, parent.run_id, 1, agent)
+        assert refused(again.output) == [None, "DAILY_BUDGET_EXCEEDED"]
+        assert again.output[1]["details"]["used"] == 3
+    assert CALLS == ["a", "b", "b"]
+
+
+def test_a_run_key_given_again_with_another_tenant_is_refused(tmp_path: Path) -> None:
+    from tracelock.runtime.errors import RunStateError
+
+    with runtime(tmp_path, Clock(), allow("send")) as rt:
+        first = rt.run(agent, {"to": ["a"]}, idempotency_key="order-1", tenant="acme")
+        assert rt.run(agent, {"to": ["a"]}, idempotency_key="order-1", tenant="acme").run_id == first.run_id
+        with pytest.raises(RunStateError, match="with tenant 'acme', this call gives tenant 'globex'"):
+            rt.run(agent, {"to": ["a"]}, idempotency_key="order-1", tenant="globex")
+        with pytest.raises(RunStateError, match="this call gives no tenant"):
+            rt.run(agent, {"to": ["a"]}, idempotency_key="order-1")
+    assert CALLS == ["a"]

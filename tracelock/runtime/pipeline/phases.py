@@ -366,12 +366,7 @@ def _check_daily(state: RunState, request: StepRequest, doc: dict[str, Any]) -> 
         requested["llm_calls"] = 1
         requested["tokens"] = _llm_limits(state, request)[1]
     with state.lock:
-        usage = {
-            "llm_calls": state.llm_calls,
-            "tokens": state.tokens,
-            "cost_micro_usd": state.cost_micro_usd,
-            "effects": state.effect_count,
-        }
+        usage = state.daily_usage()
     doc["daily"] = {"day": daily.day}
     doc["daily"] = ledger.charge(daily, state.policy, usage, requested)
 
@@ -490,11 +485,13 @@ def _check_approval(state: RunState, step: int, request: StepRequest, doc: dict[
         )
 
 
-def count_recorded(state: RunState, doc: Mapping[str, Any]) -> None:
-    """Account a step answered from the recording in the budgets, as the live one was."""
+def count_recorded(state: RunState, doc: Mapping[str, Any], *, inherited: bool = False) -> None:
+    """Account a step answered from the recording in the budgets, as the live one was;
+    ``inherited``: a fork child's step from its parent (see ``RunState.inherited``)."""
     if doc.get("kind") not in ("tool", "fs", "llm", "http") or doc.get("attempts", 0) == 0:
         return
     with state.lock:
+        before = state.counters()
         state.effect_count += 1
         if doc.get("kind") == "llm":
             state.llm_calls += 1
@@ -504,6 +501,8 @@ def count_recorded(state: RunState, doc: Mapping[str, Any]) -> None:
             if isinstance(args, dict) and "url" in args and isinstance(result, dict):
                 result = result.get("llm")  # a captured call: its answer's part
             _account_llm(state, result, model if isinstance(model, str) else None)
+        if inherited:
+            state.inherit(before)
 
 
 def _account_llm(state: RunState, response: Any, model: str | None) -> None:

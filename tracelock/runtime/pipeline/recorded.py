@@ -120,13 +120,14 @@ def answer(state: RunState, step: int, request: StepRequest, recorded: dict[str,
     """RESPOND with the recorded outcome of ``step`` (the request must match it). A fork
     child copies the parent's step into its own journal, marked with its origin."""
     mismatch(state, step, request, recorded)
-    count_recorded(state, recorded)
+    prefix = state.prefix
+    # A fork child's step from its parent counts in the run's budgets, not in its daily spend.
+    count_recorded(state, recorded, inherited=prefix is not None and step < prefix.before)
     state.effects[step] = recorded
     args_hash = request.args_hash
     if args_hash is not None:
         # Equal canonical arguments: the recorded ones hash the same, no need to hash them.
         state.hashes[step] = (args_hash, None)
-    prefix = state.prefix
     journal = state.journal
     if prefix is not None and step < prefix.before and journal is not None and not state.replay_only:
         if step not in prefix.copied:

@@ -132,6 +132,7 @@ class RunState:
         "env",
         "fork_before",
         "hashes",
+        "inherited",
         "journal",
         "llm_calls",
         "lock",
@@ -186,6 +187,9 @@ class RunState:
         self.tokens = 0
         self.cost_micro_usd = 0
         self.effect_count = 0
+        #: The part of those counters a fork child's reused steps brought from its parent
+        #: (llm_calls, tokens, cost_micro_usd, effects): the parent's daily spend has it.
+        self.inherited: tuple[int, int, int, int] = (0, 0, 0, 0)
         #: The effect document of every step answered so far (the step's outcome).
         self.effects: dict[int, dict[str, Any]] = {}
         self.routing: list[dict[str, Any]] = []
@@ -197,6 +201,25 @@ class RunState:
         self.divergence: dict[str, Any] | None = None
         #: A captured response being read by the caller while its step is in EXECUTE.
         self.open_stream: OpenStream | None = None
+
+    def counters(self) -> tuple[int, int, int, int]:
+        """llm_calls, tokens, cost_micro_usd and effects so far (the caller holds the lock)."""
+        return (self.llm_calls, self.tokens, self.cost_micro_usd, self.effect_count)
+
+    def inherit(self, before: tuple[int, int, int, int]) -> None:
+        """Count what the counters grew by since ``before`` as inherited (the caller holds
+        the lock)."""
+        calls, tokens, cost, effects = self.counters()
+        held = self.inherited
+        self.inherited = (
+            held[0] + calls - before[0], held[1] + tokens - before[1], held[2] + cost - before[2], held[3] + effects - before[3]
+        )
+
+    def daily_usage(self) -> dict[str, int]:
+        """What the run consumed itself, for its daily budgets (the caller holds the lock):
+        its counters less what a fork child inherited with its parent's steps."""
+        own = [now - before for now, before in zip(self.counters(), self.inherited, strict=True)]
+        return {"llm_calls": own[0], "tokens": own[1], "cost_micro_usd": own[2], "effects": own[3]}
 
     def is_usable(self, step: int) -> bool:
         """Whether the recording answers ``step`` (a fork reuses only the steps before its

@@ -31,9 +31,11 @@ from tracelock.errors import ReplayError, UsageError
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.pipeline.pipeline import Pipeline
+from tracelock.runtime.policy.daily import utc_day
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.replay.replay import replay_record
+from tracelock.runtime.runs.daily import write_spend
 from tracelock.runtime.runs.engine import RunExistsError
 from tracelock.runtime.runs.lifecycle import check_transition
 from tracelock.runtime.runs.prefix import ForkPrefixError, child_recording
@@ -173,6 +175,13 @@ def fork_run(
     journal = RunJournal(runtime.store, child, strict=runtime.strict_durability)
     seed = str(parent.start.get("seed"))
     provenance = runtime._record_provenance(runtime.provenance.reference(func, runtime.toolkit))
+    # A fork child is a run of its day, for its parent's tenant: its live steps meet the
+    # daily budgets (the steps it reuses were spent by the parent; RunState.inherited).
+    tenant = parent.start.get("tenant") if isinstance(parent.start.get("tenant"), str) else None
+    daily = None
+    if runtime.environment.ledger is not None:
+        runtime._poll_ledger()
+        daily = runtime.ledger.open_run(child, utc_day(runtime._clock_ms()), name, tenant)
     start_ms = journal.start(
         {
             "agent": name,
@@ -182,10 +191,14 @@ def fork_run(
             "seed": seed,
             "parent": {"run": run_id, "step": at},
         }
-        | ({"provenance": provenance} if provenance is not None else {}),
+        | ({"provenance": provenance} if provenance is not None else {})
+        | ({"tenant": tenant} if tenant is not None else {})
+        | ({"daily": daily.start_document()} if daily is not None else {}),
         agent=name,
         parent=run_id,
     )
+    if daily is not None:
+        write_spend(runtime.store, runtime.ledger, daily, {})
     runtime._record_policy(policy)
     pipeline = Pipeline(
         runtime.environment,
@@ -196,6 +209,7 @@ def fork_run(
         fork_before=at,
         start_ms=start_ms,
         policy=policy,
+        daily=daily,
     )
     ctx = RunContext(pipeline, input=parent.input)
     try:

@@ -367,6 +367,12 @@ class Engine:
                     raise RunStateError(
                         f"idempotency key {idempotency_key!r} was used for run {derived} with a different input"
                     )
+                if existing.start.get("tenant") != tenant:
+                    raise RunStateError(
+                        f"idempotency key {idempotency_key!r} was used for run {derived} with "
+                        f"{_tenant_text(existing.start.get('tenant'))}, this call gives {_tenant_text(tenant)}",
+                        details={"run": derived},
+                    )
                 if existing.status in TERMINAL_STATES:
                     return result_from_record(existing)
                 return self.resume(derived, func)
@@ -602,12 +608,7 @@ class Engine:
         if daily is None or self.environment.ledger is None:
             return
         with state.lock:
-            usage = {
-                "llm_calls": state.llm_calls,
-                "tokens": state.tokens,
-                "cost_micro_usd": state.cost_micro_usd,
-                "effects": state.effect_count,
-            }
+            usage = state.daily_usage()
         write_spend(self.store, self.ledger, daily, usage)
 
     def _poll_ledger(self) -> None:
@@ -896,6 +897,10 @@ def resolve_agent_path(path: str) -> Callable[..., Any]:
     if not callable(target):
         raise AgentDefinitionError(f"{path} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _tenant_text(tenant: object) -> str:
+    return "no tenant" if tenant is None else f"tenant {tenant!r}"
 
 
 def _return_to_waiting(journal: RunJournal, record: RunRecord, divergence: dict[str, Any]) -> None:
