@@ -38,6 +38,7 @@ __all__ = [
     "Entry",
     "EntryFormatError",
     "build_entry",
+    "build_next",
     "encode_entry",
     "entry_hash",
     "parse_entry",
@@ -144,6 +145,16 @@ def encode_entry(
 
 
 _new_tuple = tuple.__new__
+
+
+def build_next(
+    seq: int, run: str, head: tuple[int, str] | None, kind: str, payload: str | None, ts: int, meta: dict[str, Any] | None
+) -> Entry:
+    """:func:`build_entry` for the entry after ``head``, the run's last (index, hash), or
+    the run's first entry when ``head`` is None."""
+    if head is None:
+        return build_entry(seq, run, 0, kind, payload, None, ts, meta)
+    return build_entry(seq, run, head[0] + 1, kind, payload, head[1], ts, meta)
 
 
 def build_entry(

@@ -70,7 +70,7 @@ from tracelock.core.entry import (
     ChainChecker,
     Entry,
     EntryFormatError,
-    build_entry,
+    build_next,
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
@@ -344,7 +344,10 @@ class DirectoryStore:
             with self._lock:
                 log = self._log
                 if self._held and not self._pinned and (log is None or log.idle()):
-                    self._unlock()
+                    fd = self._lock_fd  # :meth:`_unlock`, inlined
+                    if fd is not None:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    self._held = False
 
     def _release_if_idle_locked(self) -> None:
         log = self._log
@@ -1092,10 +1095,60 @@ class DirectoryStore:
                         refused = guard.refused(None, runs)  # under the writer lock
                         if refused:
                             raise next(iter(refused.values()))
+                if len(items) == 1:
+                    return self._build_one(items[0], prepared[0], log)
                 return self._build_locked(items, prepared, log)
             except BaseException:
                 self._release_if_idle_locked()  # nothing of this call was queued
                 raise
+
+    def _build_one(
+        self, item: _Item, stored: tuple[bytes, bytes] | None, log: GroupCommitLog
+    ) -> tuple[list[Entry], int, bool]:
+        """:meth:`_build_locked` for a batch of one entry (every single append): the same
+        checks, bytes and effects, without the batch's bookkeeping."""
+        run, kind, _, meta, new_run = item
+        ts = self._clock()
+        seq = self._next_seq
+        offset = base = log.queued_end
+        heads = self._heads
+        payload_hex = None
+        payload_row: IndexedPayload | None = None
+        record = b""
+        if stored is not None:
+            data, digest = stored
+            payload_hex = digest.hex()
+            if (self._payloads_complete and digest not in self._payloads) or self._payload_location(digest) is None:
+                mark, body = (b"=", data) if data else (b"-", b" ")
+                length = len(body) + 66
+                payload_row = (digest, offset, length)
+                record = b"".join((mark, payload_hex.encode(), b" ", body, _NEWLINE))
+                offset += length + 1
+        if new_run:
+            if run in heads or run in self._closed_here:
+                raise StoreError(f"run {run!r} already exists", details={"run": run})
+            head = None
+        else:
+            head = heads.get(run) or self._head(run)
+        entry = build_next(seq, run, head, kind, payload_hex, ts, meta)
+        line = entry.line
+        end = offset + len(line) + 1
+        start = log.enqueue(record + line + _NEWLINE if record else line + _NEWLINE)
+        assert start == base, "journal offsets diverged from the queue"
+        self._next_seq = seq + 1
+        pending = self._pending
+        if payload_row is not None:
+            self._remember_payload(*payload_row)
+            pending.payloads.append((offset, payload_row))
+        entries = pending.entries
+        entries.append((end, (entry, offset)))
+        if kind in TERMINAL_KINDS:
+            heads.pop(run, None)
+            self._closed_here.add(run)
+        else:
+            heads[run] = (entry.i, entry.hash)
+        # The queue's end: every enqueue happens under ``_lock``, which this holds.
+        return [entry], end, len(entries) >= _INDEX_BATCH
 
     def _build_locked(
         self, items: Sequence[_Item], prepared: list[tuple[bytes, bytes] | None], log: GroupCommitLog
@@ -1141,10 +1194,7 @@ class DirectoryStore:
                     raise _ended(run)
             else:
                 head = heads.get(run) or self._head(run)
-            if head is None:
-                entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
-            else:
-                entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
+            entry = build_next(seq, run, head, kind, payload_hex, ts, meta)
             line = entry.line
             chunks += (line, b"\n")
             end = offset + len(line) + 1

@@ -246,7 +246,8 @@ class GroupCommitLog:
     def enqueue(self, data: bytes) -> int:
         """Queue ``data`` for appending; return the file offset at which it will start."""
         with self._mutex:
-            self._check()
+            if self._error is not None or self._closed:
+                self._check()  # raises
             start = self._queued_end
             self._pending.append(data)
             self._pending_bytes += len(data)
@@ -263,7 +264,8 @@ class GroupCommitLog:
     def flush(self) -> None:
         """Hand every queued byte to the kernel (no fsync): readers of the file then see them."""
         with self._mutex:
-            self._check()
+            if self._error is not None or self._closed:
+                self._check()  # raises
             if not self._leading and self._pending:
                 # Nobody is writing: write here, under the mutex (the write is short and
                 # keeps file order), without the hand-over of a lead.
@@ -342,8 +344,9 @@ class GroupCommitLog:
             goal = self._queued_end if target is None else target
             me: _Waiter | None = None
             while True:
-                self._check()
-                if self._reached(goal, sync):
+                if self._error is not None or self._closed:
+                    self._check()  # raises
+                if (self._durable_end if sync else self._written_end) >= goal:
                     return
                 if not self._leading:
                     self._leading = True
@@ -385,7 +388,8 @@ class GroupCommitLog:
                     self._unlocked("fdatasync", self._sync, covered)
                     self._durable_end = covered
                     self.syncs += 1
-                self._wake_covered()
+                if self._waiters:
+                    self._wake_covered()
         finally:
             self._leading = False
             if self._error is not None:
@@ -432,14 +436,19 @@ class GroupCommitLog:
 
     def _write_at(self, data: bytes, offset: int, *, dsync: bool = False) -> None:
         """Write ``data`` at ``offset`` (only the leader, or ``flush`` under the mutex)."""
-        if offset + len(data) > self._allocated:
-            self._grow(offset + len(data))
-        view = memoryview(data)
+        size = len(data)
+        if offset + size > self._allocated:
+            self._grow(offset + size)
         pwrite = self._file.pwrite
-        while view:
-            written = pwrite(view, offset, dsync=dsync)
-            view = view[written:]
+        # Almost always one call writes it all: the view and its slicing only for the rest.
+        written = pwrite(data, offset, dsync=True) if dsync else pwrite(data, offset)
+        if written < size:
+            view = memoryview(data)[written:]
             offset += written
+            while view:
+                written = pwrite(view, offset, dsync=dsync)
+                view = view[written:]
+                offset += written
 
     def _grow(self, needed: int) -> None:
         """Extend the free space past ``needed``: by the file's size (doubling), within
