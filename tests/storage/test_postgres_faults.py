@@ -154,3 +154,22 @@ def test_a_handle_reconnects_after_a_restart_that_caught_no_commit(
         assert raised.value.code == "STORE_CONNECTION_FAILED"
         cluster.restart()
         assert check_journal(store, 2) == [first, second]
+
+
+def test_a_one_round_trip_append_after_a_restart_goes_on_over_a_fresh_connection(
+    own_pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    cluster = own_pg_cluster
+    admin(cluster, "CREATE DATABASE quick")
+    url = cluster.url("quick")
+    with PostgresStore(url, pool_size=1) as store:
+        written = [store.append("r", "run.start", new_run=True)]
+        written += [store.append("r", "effect", payload={"n": n}) for n in range(2)]
+        assert store._speculate  # the next append is one call of the append function, which commits
+        cluster.crash()
+        cluster.restart()
+        # The pooled connection was closed by the server before anything was sent on it: the
+        # handle sees it without a round trip and retries on a fresh one, nothing in doubt.
+        written.append(store.append("r", "effect", payload={"after": "restart"}))
+        assert [entry.seq for entry in written] == [0, 1, 2, 3]
+        assert check_journal(store, 4) == written

@@ -229,8 +229,12 @@ class AppendGuard(Protocol):
     """What a store calls inside each append (see the module docstring)."""
 
     def guards(self, runs: Iterable[str]) -> bool:
-        """Whether any of ``runs`` is appended to under a lease (the PostgreSQL store then
-        takes the path that checks inside the transaction)."""
+        """Whether any of ``runs`` is appended to under a lease."""
+        ...
+
+    def tokens(self, runs: Iterable[str]) -> dict[str, int]:
+        """The lease token each of ``runs`` is appended to under (the guarded ones only):
+        the PostgreSQL append function checks them inside its transaction."""
         ...
 
     def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:

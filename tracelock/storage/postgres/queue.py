@@ -105,6 +105,9 @@ class _Fence:
     def guards(self, runs: Iterable[str]) -> bool:
         return bool(self.book) and bool(self.book.wanted(runs))
 
+    def tokens(self, runs: Iterable[str]) -> dict[str, int]:
+        return self.book.wanted(runs)
+
     def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
         wanted = self.book.wanted(runs)
         if not wanted:

@@ -82,8 +82,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # p (payloads: hash hex, canonical bytes base64 or null when redacted), e (entries:
         # seq, run, i, line base64, leaf hex), u (runs updated: run, status, agent,
         # updated_ts, last_seq, added entries, last_hash, closed) and n (runs inserted: every
-        # column of tracelock_runs in table order). Bytes travel as base64 so that they
-        # come back exactly whatever the database's encoding.
+        # column of tracelock_runs in table order), and l when the handle appends under
+        # queue leases (run, token): the lease rows are locked FOR SHARE and must still
+        # carry those tokens, else serialization_failure too, and the caller's locked path
+        # refuses exactly the calls whose lease is lost (tracelock.storage.queue_backend).
+        # Bytes travel as base64 so that they come back exactly whatever the database's
+        # encoding.
         "CREATE FUNCTION tracelock_append(expect bigint, next bigint, batch json)"
         " RETURNS void LANGUAGE plpgsql AS $$\n"
         "DECLARE head bigint;\n"
@@ -91,6 +95,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "  SELECT next_seq INTO head FROM tracelock_head WHERE id = 1 FOR UPDATE;\n"
         "  IF head <> expect THEN\n"
         "    RAISE EXCEPTION 'next_seq is %, not %', head, expect USING ERRCODE = 'serialization_failure';\n"
+        "  END IF;\n"
+        # Nested: PL/pgSQL plans a statement when it first runs it, so a store without the
+        # queue's tables never plans the lease check.
+        "  IF batch->'l' IS NOT NULL THEN\n"
+        "    IF EXISTS (SELECT 1 FROM json_array_elements(batch->'l') AS l"
+        " LEFT JOIN (SELECT run, token FROM tracelock_queue_leases WHERE run IN"
+        " (SELECT x->>0 FROM json_array_elements(batch->'l') AS x) FOR SHARE) AS q ON q.run = l->>0"
+        " WHERE q.token IS DISTINCT FROM (l->>1)::bigint) THEN\n"
+        "      RAISE EXCEPTION 'a queue lease changed hands' USING ERRCODE = 'serialization_failure';\n"
+        "    END IF;\n"
         "  END IF;\n"
         "  INSERT INTO tracelock_payloads (hash, data, redacted)"
         " SELECT decode(p->>0, 'hex'), decode(p->>1, 'base64'), p->>1 IS NULL"

@@ -17,6 +17,7 @@ transaction has committed (``synchronous_commit`` is never off on the store's se
 from __future__ import annotations
 
 import hashlib
+import select
 import threading
 from base64 import b64encode
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -32,7 +33,7 @@ from tracelock.core.entry import (
     REDACTION_KIND,
     TERMINAL_KINDS,
     Entry,
-    build_entry,
+    build_next,
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
@@ -114,6 +115,23 @@ HOLD_WINDOW_MS = 100
 
 #: The call of the append function, its parameters sent in binary.
 _APPEND_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::json)"
+
+
+def _closed_by_server(conn: Any) -> bool:
+    """Whether the server has closed this idle connection, found without a round trip: a
+    server that stops sends its last words (an error) and then ends the stream, which makes
+    the socket readable. What an idle connection may read otherwise (a notice) is consumed
+    and the connection kept."""
+    pgconn = conn.pgconn
+    for _ in range(4):
+        readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        if not readable:
+            return bool(pgconn.status != 0)  # CONNECTION_OK is 0
+        try:
+            pgconn.consume_input()
+        except Exception:  # libpq: "server closed the connection unexpectedly"
+            return True
+    return True
 
 
 def _run_rows(entries: list[Entry], known: set[str]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -425,11 +443,14 @@ class PostgresStore:
 
     def _transact(self, conn: Any, batch: list[Request], names: list[str], committing: list[bool]) -> None:
         # The usual case, one call of the append function (server-side parameters, binary).
+        # That call commits: a connection the server closed meanwhile (a restart) must be
+        # found before it is sent, while a retry cannot commit twice.
         tip = self._tip
-        if tip is not None and self._can_speculate(batch) and self._attempt(
-            conn, conn.cursor(), batch, tip, self._heads, committing
-        ):
-            return
+        if tip is not None and self._can_speculate(batch):
+            if _closed_by_server(conn):
+                raise self._psycopg.OperationalError("the server closed this pooled connection")
+            if self._attempt(conn, conn.cursor(), batch, tip, self._heads, committing):
+                return
         # Otherwise a client-side cursor sends each step as one simple query (the parameters
         # bound by the driver's own quoting): one round trip each. In READ COMMITTED each
         # statement reads a snapshot taken when it starts, so the runs' heads are read after
@@ -507,9 +528,6 @@ class PostgresStore:
         run the batch appends to (or the item starts a new run)."""
         if not self._speculate or self._tip is None:
             return False
-        guard = self.append_guard
-        if guard is not None and guard.guards(item[0] for request in batch for item in request.items):
-            return False  # a leased run's appends are checked after the head row lock
         heads = self._heads
         return all(
             item[0] in heads or item[4] for request in batch if request.error is None for item in request.items
@@ -568,7 +586,9 @@ class PostgresStore:
         if locked:
             self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
         else:
-            self._call_append(cur, first, seq, payload_rows, entry_rows, updates, inserts)
+            guard = self.append_guard
+            leases = guard.tokens(touched) if guard is not None else {}
+            self._call_append(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
         for request, out in results:
             request.result = out
         self._heads.update(touched)
@@ -630,14 +650,17 @@ class PostgresStore:
         entry_rows: list[tuple[int, str, int, bytes, bytes]],
         updates: list[tuple[Any, ...]],
         inserts: list[tuple[Any, ...]],
+        leases: dict[str, int],
     ) -> None:
         """One call of ``tracelock_append`` (schema migration 3, which documents ``batch``)."""
-        batch = {
+        batch: dict[str, Any] = {
             "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
             "e": [[seq, run, i, b64encode(line).decode(), leaf.hex()] for seq, run, i, line, leaf in entry_rows],
             "u": updates,
             "n": inserts,
         }
+        if leases:
+            batch["l"] = sorted(leases.items())
         cur.execute(_APPEND_CALL, (expect, next_seq, orjson.dumps(batch).decode()))
 
     @staticmethod
@@ -671,10 +694,7 @@ class PostgresStore:
                     raise _ended(run)
                 if head is _FRESH:
                     head = None
-            if head is None:
-                entry = build_entry(seq, run, 0, kind, payload_hex, None, ts, meta)
-            else:
-                entry = build_entry(seq, run, head[0] + 1, kind, payload_hex, head[1], ts, meta)
+            entry = build_next(seq, run, head, kind, payload_hex, ts, meta)
             rows.append((seq, run, entry.i, entry.line, leaf_hash(entry.line)))
             own[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
             out.append(entry)
