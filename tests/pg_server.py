@@ -206,3 +206,12 @@ def own_pg_cluster() -> Iterator[Cluster]:
 def pg_url(pg_cluster: Cluster, pg_database: str) -> str:
     """A connection string to a fresh database (the superuser, over the socket)."""
     return pg_cluster.url(pg_database)
+
+
+@pytest.fixture(params=["directory", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new store's location, once a directory and once a fresh PostgreSQL database."""
+    if request.param == "directory":
+        return str(tmp_path / "store")
+    url: str = request.getfixturevalue("pg_url")
+    return url

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from tests.pg_server import pg_cluster, pg_database, pg_url  # noqa: F401  (the PostgreSQL fixtures)
 from tests.runtime import _queue_agents as agents
 from tracelock.runtime.errors import AgentDefinitionError, RunStateError
 from tracelock.runtime.queue import QueueRunError, QueueTimeoutError, Worker
@@ -22,14 +21,6 @@ from tracelock.runtime.queue.backends import queue_for
 from tracelock.runtime.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(params=["directory", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "directory":
-        return str(tmp_path / "store")
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 @pytest.fixture

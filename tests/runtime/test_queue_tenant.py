@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tests.pg_server import pg_cluster, pg_database, pg_url  # noqa: F401  (the PostgreSQL fixtures)
 from tests.runtime import _queue_agents as agents
 from tracelock.runtime.errors import AgentDefinitionError, RunStateError
 from tracelock.runtime.queue import Worker
@@ -44,14 +43,6 @@ name = "charge"
 [daily_budgets.tenant]
 effects = 5
 """
-
-
-@pytest.fixture(params=["directory", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "directory":
-        return str(tmp_path / "store")
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pg_server import pg_cluster, pg_database, pg_url  # noqa: F401  (the PostgreSQL fixtures)
+from tests.pg_server import location, pg_cluster, pg_database, pg_url  # noqa: F401  (the PostgreSQL fixtures, and a store per backend)
 from tracelock.storage.directory import DirectoryStore
 
 

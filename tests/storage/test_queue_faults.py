@@ -32,14 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 LEASE_MS = 1500
 
 
-@pytest.fixture(params=["directory", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "directory":
-        return str(tmp_path / "store")
-    url: str = request.getfixturevalue("pg_url")
-    return url
-
-
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     return tmp_path / "ledger.jsonl"

@@ -4,8 +4,6 @@ both backends, while the new holder's appends go on."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tracelock.runtime.queue.backends import queue_for
@@ -19,14 +17,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-@pytest.fixture(params=["directory", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "directory":
-        return str(tmp_path / "store")
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 def test_a_lost_lease_refuses_every_append_of_the_old_holder(location: str) -> None:
