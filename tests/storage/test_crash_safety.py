@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.conftest import record_run
+from tests.storage.storage_helpers import record_run
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError
 from tracelock.storage.verify import verify_store

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.storage.conftest import TickClock, record_run
+from tests.storage.storage_helpers import TickClock, record_run
 from tracelock import merkle
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, encode_entry
 from tracelock.storage.backend import NewEntry

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import TickClock, record_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.cli.main import cli
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import IndexTamperedError

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.storage._simdisk import MODES, PowerCut, SimDisk
-from tests.storage.conftest import TickClock, record_run
+from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.core.entry import Entry
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime

@@ -101,16 +101,32 @@ def test_a_coroutines_append_carries_what_is_held(pg_url: str) -> None:
         assert [entry.kind for entry in store.entries("r")] == ["run.start", "effect", "run.end"]
 
 
-def test_a_held_entry_that_fails_fails_the_call_that_committed_it(pg_url: str) -> None:
+def test_a_held_entry_that_fails_fails_the_next_append_of_its_own_run(pg_url: str) -> None:
     with PostgresStore(pg_url, clock=Clock()) as store:
         store.append("done", "run.start", new_run=True)
         store.append("done", "run.end")
         store.append_held("done", "effect")  # the run has ended: refused when committed
+        # Another run's append carries it into its commit, and is not failed by it (in a
+        # worker running several runs, one run's error is not another's)...
+        other = store.append("other", "run.start", new_run=True)
+        assert other.seq == 2
+        # ...the next append of the run it belongs to is, before anything of it is queued.
         with pytest.raises(StoreError, match="has ended"):
-            store.append("other", "run.start", new_run=True)
-        # The carrying call's own entry is committed all the same; the held one is not.
-        assert [entry.kind for entry in store.entries("other")] == ["run.start"]
-        check_journal(store, 3)
+            store.append_held("done", "effect")
+        store.append_held("done", "effect")  # raised once: this one is refused in its turn
+        store.sync()
+        with pytest.raises(StoreError, match="has ended"):
+            store.append("done", "note")
+        store.append_held("done", "effect")
+        store.append("other", "effect")
+
+        async def main() -> None:
+            await store.append_async("done", "note")
+
+        with pytest.raises(StoreError, match="has ended"):
+            asyncio.run(main())
+        assert [entry.kind for entry in store.entries("done")] == ["run.start", "run.end"]
+        check_journal(store, 4)
 
 
 def test_a_run_with_an_irreversible_effect_takes_three_commits(

@@ -8,8 +8,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import TickClock, record_run
 
+from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import IndexTamperedError
 from tracelock.storage.fileio import OS_FILES, JournalFile

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import TickClock
-
+from tests.storage.storage_helpers import TickClock
 from tracelock.runtime.records import load_run
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.fileio import OS_FILES, JournalFile

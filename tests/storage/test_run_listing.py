@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.conftest import TickClock
+from tests.storage.storage_helpers import TickClock
 from tracelock.core.entry import ADMIN_RUN
 from tracelock.storage.backend import Store
 from tracelock.storage.open import open_store

@@ -11,7 +11,7 @@ from urllib.parse import quote
 from click.testing import CliRunner
 
 from tests.pg_server import PASSWORD_ROLE, Cluster
-from tests.storage.conftest import TickClock, record_run
+from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.cli.main import cli
 from tracelock.evidence.redaction import redact
 from tracelock.storage.backend import NewEntry, Store

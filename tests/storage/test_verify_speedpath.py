@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.conftest import TickClock, record_run
+from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.core.entry import (
     ADMIN_RUN,
     MAX_INTEGER,

@@ -16,7 +16,10 @@ queued, so call order is ``seq`` order.
 Held appends (:meth:`CommitQueue.hold`) wait in the process instead of committing: the
 next request queued, or a flush, carries them in front of itself into its transaction, with
 the timestamps they got when they were held. That turns a run's entries of effects that
-cannot change the world into a part of its next commit instead of commits of their own.
+cannot change the world into a part of its next commit instead of commits of their own. A
+held append that fails (its run ended, its lease was lost) fails the next append of its own
+run, whichever caller's commit carried it: in a process running several runs, one run's
+error never surfaces in another's.
 
 The queue knows nothing about SQL: the store passes the function that commits a batch
 (:meth:`tracelock.storage.postgres.store.PostgresStore._commit_batch`), which sets each
@@ -43,7 +46,7 @@ class Request:
     """One append call: its items (run, kind, payload, meta, new_run), their prepared
     payload bytes, its timestamp, and once committed its entries or its error."""
 
-    __slots__ = ("carried", "done", "error", "future", "held", "items", "loop", "prepared", "result", "single", "ts")
+    __slots__ = ("done", "error", "future", "held", "items", "loop", "prepared", "result", "single", "ts")
 
     def __init__(self, items: Sequence[Any], prepared: list[Any], ts: int = 0) -> None:
         self.items = items
@@ -57,15 +60,10 @@ class Request:
         self.single = False
         #: Held (:meth:`CommitQueue.hold`): nobody waits for this request itself.
         self.held = False
-        #: The held requests this one carried into the queue (their errors are its own).
-        self.carried: list[Request] = []
 
     def outcome(self) -> list[Any]:
         if self.error is not None:
             raise self.error
-        for held in self.carried:
-            if held.error is not None:
-                raise held.error
         assert self.result is not None
         return self.result
 
@@ -96,6 +94,8 @@ class CommitQueue:
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[Request] = []
         self._held: list[Request] = []
+        #: Errors of held requests, by run, until that run's next append raises them.
+        self._held_errors: dict[str, BaseException] = {}
         self._leading = False
         self._executor: ThreadPoolExecutor | None = None
         self.transactions = 0
@@ -107,6 +107,7 @@ class CommitQueue:
         committed. ``clock`` sets the request's timestamp under the queue's lock, so that
         timestamps never go backwards along the queue (as ``seq`` does not)."""
         with self._cond:
+            self._raise_held_error_locked(request)
             request.ts = clock()
             self.appends += 1
             self._push_locked(request)
@@ -121,6 +122,7 @@ class CommitQueue:
         instead when the oldest held request is older than ``window_ms`` by ``clock``, so
         that a run of slow steps never keeps more than its last entry uncommitted."""
         with self._cond:
+            self._raise_held_error_locked(request)
             request.ts = clock()
             self.appends += 1
             if not self._held or request.ts - self._held[0].ts <= window_ms:
@@ -135,7 +137,8 @@ class CommitQueue:
         return request.ts
 
     def flush(self) -> None:
-        """Commit the held requests, if any; raises the error of one that failed."""
+        """Commit the held requests, if any (the error of one that fails goes to the next
+        append of its run)."""
         with self._cond:
             if not self._held:
                 return
@@ -146,15 +149,30 @@ class CommitQueue:
             lead = self._wait_locked(last)
         if lead:
             self._lead(until=last)
-        last.outcome()
+        if last.error is not None:
+            with self._cond:
+                self._note_held_error_locked(last)
 
     def _push_locked(self, request: Request) -> None:
         """Queue ``request`` behind the held requests, which it carries (under the lock)."""
         if self._held:
-            request.carried = self._held
             self._queue += self._held
             self._held = []
         self._queue.append(request)
+
+    def _raise_held_error_locked(self, request: Request) -> None:
+        """Raise (and forget) the error a held append of one of ``request``'s runs met."""
+        errors = self._held_errors
+        if errors:
+            for item in request.items:
+                error = errors.pop(item[0], None)
+                if error is not None:
+                    raise error
+
+    def _note_held_error_locked(self, request: Request) -> None:
+        assert request.error is not None
+        for item in request.items:
+            self._held_errors.setdefault(item[0], request.error)
 
     def _wait_locked(self, request: Request) -> bool:
         """Wait (under the lock) while another caller leads and ``request`` is not done;
@@ -178,6 +196,11 @@ class CommitQueue:
         request.future = future
         request.single = single
         with self._cond:
+            try:
+                self._raise_held_error_locked(request)
+            except BaseException as exc:
+                future.set_exception(exc)
+                return future
             request.ts = clock()
             self.appends += 1
             self._push_locked(request)
@@ -265,6 +288,8 @@ class CommitQueue:
         with self._cond:
             for request in batch:
                 request.done = True
+                if request.held and request.error is not None:
+                    self._note_held_error_locked(request)
             self._cond.notify_all()
         for request in batch:
             future, loop = request.future, request.loop
