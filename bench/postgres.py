@@ -197,24 +197,7 @@ def _dbos(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any], Cal
     os.environ["DBOS__VMID"] = f"bench-worker-{worker}"  # one executor id per process
     from dbos import DBOS, DBOSConfig, SetWorkflowID
 
-    @DBOS.step()
-    def plan_step(prompt: str) -> dict[str, Any]:
-        return workload.llm_stand_in({"model": "stand-in", "prompt": prompt, "max_tokens": 64})
-
-    @DBOS.step()
-    def search_step(query: str) -> list[dict[str, Any]]:
-        return workload.search_orders(query)
-
-    @DBOS.step()
-    def update_step(customer_id: str, text: str) -> dict[str, Any]:
-        return workload.send_update(customer_id, text)
-
-    @DBOS.workflow()
-    def agent_workflow(task: dict[str, Any]) -> dict[str, Any]:
-        plan = plan_step(task["ask"])
-        orders = search_step(task["ask"])
-        update = update_step(task["customer"], plan["content"])
-        return {"plan": plan["content"], "orders": orders, "update": update}
+    agent_workflow = workload.dbos_workflow()
 
     config: DBOSConfig = {"name": "bench-postgres", "system_database_url": url, "log_level": "ERROR"}
     DBOS(config=config)

@@ -72,36 +72,11 @@ def _tracelock_worker(url: str, index: int, concurrency: int, stop: threading.Ev
         worker.run()
 
 
-def _dbos_workflow() -> Any:
-    from dbos import DBOS
-
-    @DBOS.step()
-    def plan_step(prompt: str) -> dict[str, Any]:
-        return workload.llm_stand_in({"model": "stand-in", "prompt": prompt, "max_tokens": 64})
-
-    @DBOS.step()
-    def search_step(query: str) -> list[dict[str, Any]]:
-        return workload.search_orders(query)
-
-    @DBOS.step()
-    def update_step(customer_id: str, text: str) -> dict[str, Any]:
-        return workload.send_update(customer_id, text)
-
-    @DBOS.workflow(name="agent_workflow")
-    def agent_workflow(task: dict[str, Any]) -> dict[str, Any]:
-        plan = plan_step(task["ask"])
-        orders = search_step(task["ask"])
-        update = update_step(task["customer"], plan["content"])
-        return {"plan": plan["content"], "orders": orders, "update": update}
-
-    return agent_workflow
-
-
 def _dbos_worker(url: str, index: int, concurrency: int, stop: threading.Event) -> None:
     os.environ["DBOS__VMID"] = f"bench-queue-{index}"
     from dbos import DBOS
 
-    _dbos_workflow()
+    workload.dbos_workflow()
     DBOS(config={"name": "bench-queue", "system_database_url": url, "log_level": "ERROR"})
     DBOS.launch()
     DBOS.register_queue(QUEUE, worker_concurrency=concurrency, polling_interval_sec=0.1)

@@ -66,3 +66,30 @@ def plain_python(task: dict[str, Any]) -> dict[str, Any]:
 
 def task(number: int) -> dict[str, Any]:
     return {"ask": f"where is order {number}?", "customer": f"c-{number}"}
+
+
+def dbos_workflow() -> Any:
+    """The workload as a DBOS workflow with one step per effect, registered with DBOS (which
+    must be installed: the bench environment has it), for the harnesses that drive DBOS."""
+    from dbos import DBOS
+
+    @DBOS.step()
+    def plan_step(prompt: str) -> dict[str, Any]:
+        return llm_stand_in({"model": "stand-in", "prompt": prompt, "max_tokens": 64})
+
+    @DBOS.step()
+    def search_step(query: str) -> list[dict[str, Any]]:
+        return search_orders(query)
+
+    @DBOS.step()
+    def update_step(customer_id: str, text: str) -> dict[str, Any]:
+        return send_update(customer_id, text)
+
+    @DBOS.workflow(name="agent_workflow")
+    def agent_workflow(task: dict[str, Any]) -> dict[str, Any]:
+        plan = plan_step(task["ask"])
+        orders = search_step(task["ask"])
+        update = update_step(task["customer"], plan["content"])
+        return {"plan": plan["content"], "orders": orders, "update": update}
+
+    return agent_workflow

@@ -165,6 +165,11 @@ class Store(Protocol):
 
     def sync(self) -> None: ...
 
+    def catch_up(self) -> None:
+        """Make this handle's next reads see what other processes appended (the directory
+        store reads it under the writer lock; a PostgreSQL store's reads always do)."""
+        ...
+
     def erase_payload(self, digest: str) -> bool:
         """Physically remove a payload's bytes (after its redaction entry was appended)."""
         ...

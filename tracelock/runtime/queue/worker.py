@@ -283,9 +283,7 @@ class Worker:
     def _drive(self, claim: Claim) -> RunResult:
         runtime = self.runtime
         run = claim.item.run
-        catch_up = getattr(runtime.store, "catch_up", None)
-        if callable(catch_up):
-            catch_up()  # the directory store: see what the previous holder appended
+        runtime.store.catch_up()  # see what the previous holder appended
         try:
             record = load_run(runtime.store, run)
         except RunNotFoundError:

@@ -758,11 +758,8 @@ class Engine:
                 details={"run": run_id},
             )
         with claim:
-            # Read under the claim: a holder that just let go may have moved the run on (on
-            # the directory store, read what other processes appended first).
-            catch_up = getattr(self.store, "catch_up", None)
-            if callable(catch_up):
-                catch_up()
+            # Read under the claim: a holder that just let go may have moved the run on.
+            self.store.catch_up()
             if record is None or record.run_id != run_id or record.entries[-1].seq != self.store.run_info(run_id).last_seq:
                 record = load_run(self.store, run_id)
             return self._resume_claimed(run_id, agent, record)

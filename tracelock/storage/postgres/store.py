@@ -701,6 +701,9 @@ class PostgresStore:
             seq += 1
         return out, rows, own, payloads
 
+    def catch_up(self) -> None:
+        """Nothing to do: every read sees every committed transaction."""
+
     def sync(self) -> None:
         """Commit the held entries (:meth:`append_held`); every other append returned after
         its transaction committed."""
