@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from tracelock.storage.backend import Store
-from tracelock.storage.presence import directory_of
+from tracelock.storage.presence import directory_of, sessions_of
 
 __all__ = ["RunClaim", "claim_run"]
 
@@ -67,10 +67,11 @@ def claim_run(store: Store, run: str) -> RunClaim | None:
     directory = directory_of(store)
     if directory is not None:
         return _claim_file(directory.joinpath(*_FOLDER) / f"{hashlib.sha256(run.encode()).hexdigest()[:32]}.lock")
-    if callable(getattr(store, "try_advisory_lock", None)):
+    sessions = sessions_of(store)
+    if sessions is not None:
         key = int.from_bytes(hashlib.sha256(b"tracelock-run:" + run.encode()).digest()[:8], "big", signed=True)
-        session = store.try_advisory_lock(key)  # type: ignore[attr-defined]
-        return None if session is None else RunClaim(store=store, session=session)
+        session = sessions.try_advisory_lock(key)
+        return None if session is None else RunClaim(store=sessions, session=session)
     return RunClaim()
 
 

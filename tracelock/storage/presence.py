@@ -27,7 +27,7 @@ from typing import Any, Protocol, cast
 
 from tracelock.storage.backend import Store
 
-__all__ = ["Presence", "announce", "directory_of", "others_present"]
+__all__ = ["Presence", "announce", "directory_of", "others_present", "sessions_of"]
 
 #: The PostgreSQL advisory lock key of presence (an arbitrary constant, "tlpresen").
 PRESENCE_KEY = 0x746C70726573656E
@@ -71,6 +71,7 @@ class _Sessions(Protocol):
     def hold_advisory_lock(self, key: int, *, shared: bool) -> Any: ...
     def release_advisory_lock(self, session: Any) -> None: ...
     def advisory_lock_free(self, key: int) -> bool: ...
+    def try_advisory_lock(self, key: int) -> Any: ...
 
 
 def announce(store: Store, token: str, pid: int) -> Presence | None:
@@ -79,7 +80,7 @@ def announce(store: Store, token: str, pid: int) -> Presence | None:
     directory = directory_of(store)
     if directory is not None:
         return Presence(token, path=directory / _DIRECTORY / f"{pid}-{token}.lock")
-    sessions = _sessions_of(store)
+    sessions = sessions_of(store)
     return None if sessions is None else Presence(token, session=sessions)
 
 
@@ -88,7 +89,7 @@ def others_present(store: Store, mine: Presence | None) -> list[str]:
     directory = directory_of(store)
     if directory is not None:
         return _other_files(directory / _DIRECTORY, mine._path if mine is not None else None)
-    sessions = _sessions_of(store)
+    sessions = sessions_of(store)
     if sessions is None:
         return []
     if mine is not None and mine._session is not None:
@@ -131,7 +132,10 @@ def directory_of(store: Store) -> Path | None:
     return path if isinstance(path, Path) and (path / "store.json").is_file() else None
 
 
-def _sessions_of(store: Store) -> _Sessions | None:
-    if all(callable(getattr(store, name, None)) for name in ("hold_advisory_lock", "release_advisory_lock", "advisory_lock_free")):
+def sessions_of(store: Store) -> _Sessions | None:
+    if all(
+        callable(getattr(store, name, None))
+        for name in ("hold_advisory_lock", "release_advisory_lock", "advisory_lock_free", "try_advisory_lock")
+    ):
         return cast(_Sessions, store)
     return None
