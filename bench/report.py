@@ -112,7 +112,7 @@ def render_peers(figures: dict[str, Any], plot: Path | None = PEERS_PLOT) -> str
         "over its syncs per run times that floor (1.0 would be all sync, no software). Ratios to "
         "tracelock are ranges over five consecutive groups of rounds (same run numbers in every "
         "system). Bytes stored: the store or database on disk after all runs (closed), divided by the "
-        "runs.",
+        "runs; a file counts its size, or the bytes it has allocated when fewer (a sparse file).",
         "",
     ]
     floor = figures.get("sync_floor")
@@ -238,6 +238,14 @@ def notes_lines(systems: dict[str, Any]) -> list[str]:
         if len(parts) > 1:
             listed = ", ".join(f"`{name}` {size(count)}" for name, count in parts.items() if count)
             lines.append(f"- {cell(entry['title'])}, bytes stored per run by part: {listed}")
+        payloads = (timing or {}).get("payload_bytes_per_run")
+        if payloads is not None:
+            beyond = timing["bytes_per_run"] - payloads  # type: ignore[index]
+            lines.append(
+                f"- {cell(entry['title'])}: the run's unique payloads (their canonical JSON, uncompressed) "
+                f"are {size(payloads)} per run; the store holds {size(beyond) if beyond >= 0 else '-' + size(-beyond)} "
+                "per run beyond them"
+            )
         if timing and not timing.get("same_output_as_plain", True):
             lines.append(f"- {cell(entry['title'])}: its output differs from plain Python's for the same task")
     return lines

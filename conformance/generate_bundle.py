@@ -13,7 +13,6 @@ code and records the case again to check the bytes are unchanged.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -26,6 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from fingerprint_cases import POLICY, FixedClock, agent, case_seed, kit  # noqa: E402
+from generated_files import generator_main  # noqa: E402
 
 from tracelock.evidence.bundle import archive_bytes, collect_bundle  # noqa: E402
 from tracelock.evidence.history import CheckpointHistory, SigningKey  # noqa: E402
@@ -108,36 +108,7 @@ def all_files() -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="only check the files are current")
-    parser.add_argument("--out", type=Path, default=HERE, help="conformance directory")
-    args = parser.parse_args(argv)
-    wanted = all_files()
-    existing = {
-        path.relative_to(args.out).as_posix()
-        for path in (args.out / "bundle").rglob("*")
-        if path.is_file()
-    } if (args.out / "bundle").is_dir() else set()
-    stale = sorted(
-        rel for rel, content in wanted.items()
-        if not (args.out / rel).exists() or (args.out / rel).read_bytes() != content
-    )
-    extra = sorted(existing - set(wanted))
-    if args.check:
-        for rel in stale:
-            print(f"out of date: {rel}")
-        for rel in extra:
-            print(f"not generated: {rel}")
-        return 1 if stale or extra else 0
-    for rel in extra:
-        (args.out / rel).unlink()
-        print(f"removed {rel}")
-    for rel in stale:
-        path = args.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(wanted[rel])
-        print(f"wrote {rel}")
-    return 0
+    return generator_main(__doc__.splitlines()[0] if __doc__ else None, HERE, "bundle", all_files, argv)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ receive the system's app module as imported from a scratch directory (see ``apps
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -58,6 +59,11 @@ class System:
     def close(self) -> None:
         """Release the store, so that its size on disk is final."""
 
+    def payload_bytes(self, store: Path) -> int | None:
+        """The bytes of the unique payloads in the closed store (their canonical JSON), when
+        the system can tell: what "bytes stored beyond the payloads" is measured against."""
+        return None
+
     # -- crash and divergence tests, in child processes ----------------------------------
     def child_run(self, app: ModuleType | None, root: Path, run_id: str, task: dict[str, Any]) -> Any:
         """Run the workload once as ``run_id`` (the crash test kills it in its third step)."""
@@ -76,7 +82,12 @@ class System:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes of every file under ``path`` (the store's size on disk)."""
-    if path.is_file():
-        return path.stat().st_size
-    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
+    """Bytes of every file under ``path`` (the store's size on disk): each file's size, or
+    what it has allocated when that is less (a sparse file: tracelock's ``journal.log`` keeps
+    its size after its sealed blocks are freed, docs/spec.md 3.8)."""
+    files = [path] if path.is_file() else [item for item in path.rglob("*") if item.is_file()]
+    return sum(_stored(item.stat()) for item in files)
+
+
+def _stored(status: os.stat_result) -> int:
+    return min(status.st_size, status.st_blocks * 512)

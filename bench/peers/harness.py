@@ -165,6 +165,7 @@ def time_systems(
         store = roots[key] / systems[key].store_subdir
         if store.is_dir():
             facts[key]["stored_parts"] = {item.name: tree_bytes(item) for item in sorted(store.iterdir())}
+            facts[key]["payload_bytes"] = systems[key].payload_bytes(store)
         facts[key]["runs_stored"] = done
     return samples, facts, failed
 
@@ -412,6 +413,8 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
                 part: round(count / facts[key]["runs_stored"])
                 for part, count in facts[key].get("stored_parts", {}).items()
             }
+            if facts[key].get("payload_bytes") is not None:
+                stats["payload_bytes_per_run"] = round(facts[key]["payload_bytes"] / facts[key]["runs_stored"])
             stats["pass_p50_us"] = facts[key]["pass_p50_us"]
             counted = facts[key].get("syncs_per_run")
             if counted is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,6 +54,13 @@ class Tracelock(System):
 
     def close(self) -> None:
         self.runtime.close()
+
+    def payload_bytes(self, store: Path) -> int | None:
+        """From the index: each payload record's length less its ``=<64 hex digits> ``
+        head (docs/spec.md 3.3)."""
+        with closing(sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)) as db:
+            count, total = db.execute("SELECT count(*), coalesce(sum(length), 0) FROM payloads").fetchone()
+        return int(total) - 66 * int(count)
 
     @property
     def durability_mode(self) -> str:

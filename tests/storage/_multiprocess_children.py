@@ -15,11 +15,18 @@ the test reads what was acknowledged before it killed the child:
 * ``service STORE MODULE STOP``: a service: runs the agent ``MODULE:agent`` with the
   policy ``policy.toml`` of the working directory, run after run, on one open runtime,
   until STOP exists; prints ``RUN <id> <status>`` for each.
+* ``sealing STORE NAME RUNS SEAL_BYTES``: appends RUNS runs named ``NAME-<k>`` of six
+  durable entries each (never ended), sealing every SEAL_BYTES; prints
+  ``ACK <seq> <hash> <run> <payload>`` for each (``SEAL-ERROR <why>`` if a seal failed),
+  then ``DONE``.
+* ``sealing-forever STORE SEED SEAL_BYTES``: appends forever, sealing every SEAL_BYTES:
+  runs of eight entries, five of them durable; prints ``ACK <seq> <hash>`` for those.
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import sys
 from pathlib import Path
 
@@ -118,6 +125,41 @@ def service(store_path: str, module: str, stop: str) -> None:
         runtime.store.close()
 
 
+def sealing(store_path: str, name: str, runs: str, seal_bytes: str) -> None:
+    from tracelock.storage.directory import DirectoryStore
+
+    with DirectoryStore(store_path, seal_bytes=int(seal_bytes)) as store:
+        _say("READY")
+        for number in range(int(runs)):
+            run = f"{name}-{number}"
+            for step in range(6):
+                kind = "run.start" if step == 0 else "effect"
+                payload = {"run": run, "step": step, "pad": "s" * 300 * step}
+                entry = store.append(run, kind, payload=payload)
+                _say(f"ACK {entry.seq} {entry.hash} {run} {entry.payload}")
+        if store.seal_error is not None:
+            _say(f"SEAL-ERROR {store.seal_error}")
+    _say("DONE")
+
+
+def sealing_forever(store_path: str, seed: str, seal_bytes: str) -> None:
+    from tracelock.storage.directory import DirectoryStore
+
+    store = DirectoryStore(store_path, seal_bytes=int(seal_bytes))
+    _say("READY")
+    for number in itertools.count():
+        run = f"k{seed}-{number}"
+        entry = store.append(run, "run.start", payload={"input": run}, meta={"status": "running"})
+        _say(f"ACK {entry.seq} {entry.hash}")
+        for step in range(1, 4):
+            padded = {"n": step, "pad": "q" * (step * 211)}
+            store.append(run, "effect", payload=padded, durable=False)
+            entry = store.append(run, "effect", payload={"run": run, "step": step})
+            _say(f"ACK {entry.seq} {entry.hash}")
+        entry = store.append(run, "run.end", payload={"output": run}, meta={"status": "completed"})
+        _say(f"ACK {entry.seq} {entry.hash}")
+
+
 if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     if command == "verify":
@@ -130,5 +172,9 @@ if __name__ == "__main__":
         torn(*arguments)
     elif command == "service":
         service(*arguments)
+    elif command == "sealing":
+        sealing(*arguments)
+    elif command == "sealing-forever":
+        sealing_forever(*arguments)
     else:
         raise SystemExit(f"unknown command {command}")

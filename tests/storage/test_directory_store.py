@@ -447,3 +447,15 @@ def test_a_batch_with_a_bad_item_changes_nothing(store_dir: Path, bad: NewEntry)
         report = verify_store(reader)
         assert report.ok, report.issue
         assert report.entries == 5
+
+
+def test_a_reader_opened_on_an_empty_store_reads_payloads_stored_after_it(tmp_path: Path) -> None:
+    """A handle that knew every payload when it opened (none) must still find payloads
+    another handle stores later: its "I know them all" shortcut is for appends only."""
+    path = tmp_path / "store"
+    DirectoryStore(path).close()
+    with DirectoryStore(path, read_only=True) as reader:
+        with DirectoryStore(path) as writer:
+            entry = writer.append("r", "run.start", payload={"x": 1})
+        assert reader.entry_at(entry.seq) == entry
+        assert reader.get_payload(entry.payload) == {"x": 1}

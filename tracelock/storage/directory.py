@@ -55,6 +55,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -90,7 +91,7 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 from tracelock.storage.fileio import OS_FILES, FileIO
-from tracelock.storage.files import fsync_dir, write_durably
+from tracelock.storage.files import create_durably, fsync_dir, write_durably
 from tracelock.storage.index import (
     LOCATION,
     Index,
@@ -110,13 +111,16 @@ from tracelock.storage.journal_file import (
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
 from tracelock.storage.queue_backend import AppendGuard
+from tracelock.storage.sealed import SEAL_BYTES, SealedJournal, wrap
 from tracelock.storage.seen import PayloadFilter
 from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 
 STORE_FORMAT = "tracelock-store"
-STORE_VERSION = 1
+#: Version 2 may hold sealed segments (``sealed/``, docs/spec.md 3.8); version 1 never does,
+#: and is read as it is, then marked version 2 by the writer that first seals it.
+STORE_VERSION = 2
 
 #: The fields of a :class:`NewEntry` (run, kind, payload, meta, new_run): the single-entry
 #: appends pass a plain tuple, cheaper to build than the named one.
@@ -174,9 +178,16 @@ class DirectoryStore:
         clock: Callable[[], int] | None = None,
         store_id: Callable[[], str] | None = None,
         files: FileIO | None = None,
+        seal_bytes: int | None = SEAL_BYTES,
         _hold_for_life: bool = False,
     ) -> None:
         self._path = Path(path)
+        #: A writer seals the durable journal into a compressed segment once this much of
+        #: it lies past the last segment (``tracelock.storage.sealed``); None: never.
+        self._seal_bytes = seal_bytes
+        self._seal_at = sys.maxsize  # the durable end at which this handle seals next
+        #: Why the last attempt to seal failed (the journal is then simply left as it is).
+        self.seal_error: str | None = None
         self._read_only = read_only
         #: Keep the writer lock from open to close (the benchmark's comparison with the
         #: lock-per-process rule that preceded the lock per commit; nothing else uses it).
@@ -232,7 +243,7 @@ class DirectoryStore:
             # in-memory index instead and repairs nothing. Either lets go once open.
             self._owns_lock = self._acquire_lock(wait_fail=not read_only)
             self._writable = self._owns_lock
-            self._file = self._files.open(journal, write=self._writable)
+            self._file = wrap(self._files.open(journal, write=self._writable), self._path)
             self._mark = SyncedMark.open(self._files, self._path, write=self._writable)
             self._index = self._open_index()
             with self._index.transaction():
@@ -247,6 +258,8 @@ class DirectoryStore:
             if self._writable and not read_only:
                 self._log = GroupCommitLog(self._file, end, mark=self._record_mark(end))
                 self._log.after_commit = self._release_if_idle
+                if seal_bytes is not None and isinstance(self._file, SealedJournal):
+                    self._seal_at = self._file.sealed_end + seal_bytes
             if self._held and not self._hold_for_life:
                 self._unlock()
         except BaseException:
@@ -266,7 +279,7 @@ class DirectoryStore:
             finally:
                 os.close(fd)
         marker = {"format": STORE_FORMAT, "version": STORE_VERSION, "store_id": store_id()}
-        write_durably(self._path / "store.json", dumps(marker) + b"\n")
+        create_durably(self._path / "store.json", dumps(marker) + b"\n")  # another process may have won
         parent = self._path.resolve().parent
         fsync_dir(parent)
 
@@ -277,11 +290,12 @@ class DirectoryStore:
             raise StoreFormatError(f"{meta_path} is unreadable: {exc}") from None
         if not isinstance(marker, dict) or marker.get("format") != STORE_FORMAT:
             raise StoreFormatError(f"{self._path} is not a tracelock store")
-        if marker.get("version") != STORE_VERSION:
+        if marker.get("version") not in (1, STORE_VERSION):
             raise StoreFormatError(
                 f"{self._path} has store format version {marker.get('version')!r}; "
-                f"this tracelock reads version {STORE_VERSION}"
+                f"this tracelock reads versions 1 to {STORE_VERSION}"
             )
+        self._format_version = marker["version"]
         self.store_id = str(marker.get("store_id", ""))
         if not (self._path / "journal.log").exists():
             raise StoreFormatError(f"{self._path} has no journal.log")
@@ -339,7 +353,11 @@ class DirectoryStore:
     def _release_if_idle(self) -> None:
         """Let go of the writer lock once the commit is over (nothing queued, written or
         synced by any thread or task of this handle any more). On every append's path:
-        :meth:`_release_if_idle_locked`, inlined."""
+        :meth:`_release_if_idle_locked`, inlined. Seals first when it is due."""
+        log = self._log
+        if log is not None and log.durable_end >= self._seal_at:
+            with self._lock:
+                self._seal_locked()
         if self._held and not self._hold_for_life:
             with self._lock:
                 log = self._log
@@ -351,8 +369,40 @@ class DirectoryStore:
 
     def _release_if_idle_locked(self) -> None:
         log = self._log
+        if log is not None and log.durable_end >= self._seal_at:
+            self._seal_locked()
         if self._held and not self._pinned and not self._hold_for_life and (log is None or log.idle()):
             self._unlock()
+
+    def _seal_locked(self) -> None:
+        """Seal the durable journal past the last segment, under the writer lock. A failure
+        leaves the journal as it is (every byte still in ``journal.log``), is kept in
+        ``seal_error``, and is tried again one ``seal_bytes`` later. Holds ``_lock``."""
+        log, journal, every = self._log, self._file, self._seal_bytes
+        assert log is not None and isinstance(journal, SealedJournal) and every is not None
+        try:
+            self._hold_locked()
+            if self._format_version < STORE_VERSION:
+                self._upgrade_format()
+            # The mark is made to cover the sealed end durably: a segment deleted later leaves
+            # a journal that ends before its mark, which a writer refuses (spec 3.5, 3.8).
+            journal.seal(log.durable_end, before_freeing=None if self._mark is None else self._mark.sync)
+            self.seal_error = None
+        except (OSError, JournalCorruptError) as exc:
+            self.seal_error = str(exc)
+            self._seal_at = log.durable_end + every
+        else:
+            self._seal_at = max(journal.sealed_end, log.durable_end) + every
+
+    def _upgrade_format(self) -> None:
+        """Mark a version-1 store as version 2 before its first segment is sealed: a
+        tracelock that predates segments would read their punched blocks as damage, so it
+        must refuse the store instead. Holds the writer lock."""
+        meta_path = self._path / "store.json"
+        marker = json.loads(meta_path.read_bytes())
+        if marker.get("version") == 1:
+            write_durably(meta_path, dumps({**marker, "version": STORE_VERSION}) + b"\n")
+        self._format_version = STORE_VERSION
 
     def _catch_up_others(self) -> None:
         """Read what other processes appended since this handle's last commit, under the
@@ -1378,21 +1428,24 @@ class DirectoryStore:
         which queries the index at once rather than first building the filter of every
         payload hash (that filter pays for itself only over a writer's many lookups of new
         payloads; building it for one read made a handle's first such read linear in the
-        store)."""
+        store). A read also never trusts ``_payloads_complete`` or the filter, which know
+        only what this handle appended or caught up with under the writer lock: another
+        process may have stored the payload since."""
         location = self._payloads.get(digest)
         if location is not None:
             self._payloads.move_to_end(digest)
             return location
-        if self._payloads_complete:
-            return None
-        if self._filter is None and not reading:
-            with self._index_lock:
-                self._filter = PayloadFilter(self._index.payload_count() * 2)
-                self._filter.update(self._index.payload_hashes())
-                self._filter.update(row[0] for _, row in self._pending.payloads)
-                self._filter.update(self._payloads)
-        if self._filter is not None and not self._filter.may_contain(digest):
-            return None
+        if not reading:
+            if self._payloads_complete:
+                return None
+            if self._filter is None:
+                with self._index_lock:
+                    self._filter = PayloadFilter(self._index.payload_count() * 2)
+                    self._filter.update(self._index.payload_hashes())
+                    self._filter.update(row[0] for _, row in self._pending.payloads)
+                    self._filter.update(self._payloads)
+            if not self._filter.may_contain(digest):
+                return None
         with self._index_lock:
             location = self._index.payload_location(digest)
         if location is not None:

@@ -11,6 +11,7 @@ __all__ = [
     "PayloadMissingError",
     "PayloadRedactedError",
     "RunNotFoundError",
+    "SegmentCorruptError",
     "StoreClosedError",
     "StoreConnectionError",
     "StoreDriverMissingError",
@@ -77,6 +78,13 @@ class JournalCorruptError(StoreError):
     journal ends before its synced mark: corruption or tampering. Reported, never repaired."""
 
     code = "JOURNAL_CORRUPT"
+
+
+class SegmentCorruptError(JournalCorruptError):
+    """A sealed segment of the journal (``docs/spec.md`` 3.8) fails its own checks, or is
+    missing where the journal needs it: corruption or tampering, never repaired."""
+
+    code = "JOURNAL_SEGMENT_CORRUPT"
 
 
 class IndexTamperedError(StoreError):

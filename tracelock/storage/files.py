@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
-__all__ = ["fsync_dir", "write_durably"]
+__all__ = ["create_durably", "fsync_dir", "write_durably"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -28,3 +29,25 @@ def write_durably(path: Path, data: bytes) -> None:
         os.close(fd)
     os.rename(tmp, path)
     fsync_dir(path.parent)
+
+
+def create_durably(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists: written and synced under a name of its
+    own, then linked into place (which fails when another process created it first), so two
+    processes creating one file never see it half written or lose one rename. True if this
+    call created it."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        fsync_dir(path.parent)
+        return True
+    finally:
+        os.unlink(temporary)

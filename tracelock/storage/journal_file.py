@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreFullError
 from tracelock.storage.fileio import JournalFile, OSFile
+from tracelock.storage.sealed import SealedJournal
 from tracelock.storage.synced_mark import SyncedMark
 
 __all__ = ["ENTRY", "PAYLOAD", "REDACTED", "GroupCommitLog", "Record", "data_end", "scan_records"]
@@ -50,18 +51,21 @@ def _as_file(source: int | JournalFile) -> JournalFile:
 
 def data_end(source: int | JournalFile, size: int | None = None) -> int:
     """Where the journal's data ends: the file's size less its all-NUL suffix (free space).
-    ``source`` is a file descriptor or an open :class:`JournalFile`."""
+    ``source`` is a file descriptor or an open :class:`JournalFile`. Sealed bytes are data
+    (docs/spec.md 3.8): the search stops at the sealed end without reading a segment."""
     file = _as_file(source)
+    floor = file.sealed_end if isinstance(file, SealedJournal) else 0
     end = file.size() if size is None else size
-    while end > 0:
-        chunk = file.pread(min(_READ_CHUNK, end), end - min(_READ_CHUNK, end))
+    while end > floor:
+        step = min(_READ_CHUNK, end - floor)
+        chunk = file.pread(step, end - step)
         if not chunk:
             break
         kept = len(chunk.rstrip(_NUL))
         end -= len(chunk) - kept
         if kept:
             break
-    return end
+    return max(end, floor)
 
 
 @dataclass(frozen=True, slots=True)

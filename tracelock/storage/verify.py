@@ -15,7 +15,6 @@ that passed is reported as ``STORE_INDEX_TAMPERED``.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from tracelock.storage.journal_file import (
     data_end,
 )
 from tracelock.storage.merkle_stream import MerkleStream
+from tracelock.storage.sealed import open_journal
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
@@ -59,6 +59,7 @@ __all__ = ["INDEX_TAMPERED", "VerifyReport", "claimed_position", "verify_run", "
 
 #: The issue code of an index that contradicts the journal.
 INDEX_TAMPERED = "STORE_INDEX_TAMPERED"
+SEGMENT_CORRUPT = "JOURNAL_SEGMENT_CORRUPT"
 
 _SEEN_CACHE = 1 << 16
 # The scan's payload cache is two generations of dicts (see ``_StoreScan``), each at most
@@ -224,12 +225,18 @@ def verify_store(
     scan = _StoreScan(store, progress, merkle, None if index is None else _IndexComparison(index))
     carried: list[bytes] = []  # the start of a line that continues in the next chunk
     offset = 0  # where the next block starts in the file
-    fd = os.open(store.journal_path, os.O_RDONLY | os.O_CLOEXEC)
+    journal = open_journal(store.path)
     try:
-        end = data_end(fd)
+        for segment, damage in journal.check():
+            if damage is not None:
+                scan.report.issue = _issue(
+                    SEGMENT_CORRUPT, scan.report.entries, None, f"sealed segment {segment.path.name}: {damage}"
+                )
+                return scan.report
+        end = data_end(journal)
         position = 0
         while position < end:
-            chunk = os.pread(fd, min(_READ_CHUNK, end - position), position)
+            chunk = journal.pread(min(_READ_CHUNK, end - position), position)
             if not chunk:
                 break  # the file shrank while being read; what was read is judged
             position += len(chunk)
@@ -250,7 +257,7 @@ def verify_store(
             if cut < len(data):
                 carried.append(data[cut:])
     finally:
-        os.close(fd)
+        journal.close()
     report = scan.finish(offset, sum(map(len, carried)))
     if compare_index and report.ok:
         if store.index_problem is not None:

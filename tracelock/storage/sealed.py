@@ -1,0 +1,462 @@
+"""Sealed segments: the synced start of the journal, kept compressed.
+
+Once enough of ``journal.log`` is durable (:data:`SEAL_BYTES` past the last segment), the
+writer that commits copies that stretch, which ends at a record boundary, into one segment
+file under ``sealed/``: the bytes cut into frames of :data:`FRAME_BYTES`, each frame
+compressed on its own (Zstandard, with its content checksum), so that one record is read
+back by decompressing one frame. Only after the segment is durable and read back to the
+same bytes does it free the stretch's whole blocks in ``journal.log`` (``fallocate`` with
+``FALLOC_FL_PUNCH_HOLE``): the file keeps its size and every offset keeps its meaning, so
+the index, the synced mark and every rule of the journal are unchanged. The journal is
+still one sequence of bytes; :class:`SealedJournal` reads it, serving offsets below the
+sealed end from the segments and the rest from the file. ``docs/spec.md`` section 3.8
+defines the segment format and the order of the steps; the argument that a crash at any
+step loses nothing is there too.
+
+Another process may seal while a handle is open. A hole it punched reads as NUL bytes, which
+is what free space and lost writes also read as; so whenever a read returns a NUL byte, the
+reader asks the file system whether that byte is a hole (``SEEK_DATA``; free space is
+written NUL bytes, never a hole) and, if it is, looks for new segments before answering.
+A segment is published (renamed into place, its directory synced) before any block is
+punched, so the bytes are always in one place or the other.
+
+Why by hand: Zstandard comes from the ``zstandard`` package; what no library provides is
+the mapping of journal offsets onto frames and the crash-safe order of the steps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import errno
+import hashlib
+import os
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+import zstandard
+
+from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
+from tracelock.storage.fileio import JournalFile, OSFile
+from tracelock.storage.files import fsync_dir
+
+__all__ = [
+    "FRAME_BYTES",
+    "SEALED_DIR",
+    "SEAL_BYTES",
+    "Segment",
+    "SealedJournal",
+    "decode_segment",
+    "encode_segment",
+    "open_journal",
+    "segment_name",
+    "wrap",
+]
+
+#: The folder of a store that holds its segments.
+SEALED_DIR = "sealed"
+#: A writer seals once this much of the journal past the last segment is durable.
+SEAL_BYTES = 1 << 20
+#: Bytes of the journal per compressed frame (the last frame of a segment may be shorter).
+FRAME_BYTES = 1 << 16
+#: Zstandard level: 3 is the library's default, about 5.5x smaller than the text here at
+#: a few milliseconds per MiB; higher levels gained little on journal bytes.
+_LEVEL = 3
+
+_MAGIC = b"TLSEG\x00\x00\x01"
+# magic, start, end, frame bytes, frame count, SHA-256 of the journal bytes
+_HEADER = struct.Struct("<8sQQII32s")
+_LENGTH = struct.Struct("<I")
+_DIGEST = 32
+_NUL = b"\0"
+#: Decompressed frames kept per handle: a run's records lie in one or two frames.
+_CACHED_FRAMES = 8
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def segment_name(start: int) -> str:
+    """The file name of the segment that starts at journal offset ``start``."""
+    return f"{start:016x}.seg"
+
+
+def encode_segment(start: int, data: bytes, *, frame_bytes: int = FRAME_BYTES) -> bytes:
+    """The segment file holding ``data``, the journal's bytes from offset ``start``."""
+    compressor = zstandard.ZstdCompressor(level=_LEVEL, write_checksum=True, write_content_size=True)
+    frames = [compressor.compress(data[at : at + frame_bytes]) for at in range(0, len(data), frame_bytes)]
+    head = _HEADER.pack(
+        _MAGIC, start, start + len(data), frame_bytes, len(frames), hashlib.sha256(data).digest()
+    )
+    body = b"".join([head, *(_LENGTH.pack(len(frame)) for frame in frames), *frames])
+    return body + hashlib.sha256(body).digest()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A segment's header: where its bytes lie in the journal and where each frame lies in
+    the file."""
+
+    path: Path
+    start: int
+    end: int
+    frame_bytes: int
+    #: (offset in the file, compressed length) of each frame
+    frames: tuple[tuple[int, int], ...]
+    digest: bytes
+    #: (inode, modification time) of the file the header was read from
+    stamp: tuple[int, int]
+
+
+def _header(path: Path, head: bytes, size: int, stamp: tuple[int, int]) -> Segment:
+    if len(head) < _HEADER.size:
+        raise _corrupt(path, "shorter than a segment header")
+    magic, start, end, frame_bytes, count, digest = _HEADER.unpack_from(head)
+    if magic != _MAGIC:
+        raise _corrupt(path, "not a tracelock segment (bad magic)")
+    if path.name != segment_name(start) or end <= start or frame_bytes <= 0:
+        raise _corrupt(path, f"header names the range [{start}, {end}) in frames of {frame_bytes}")
+    if count != -(-(end - start) // frame_bytes):
+        raise _corrupt(path, f"{count} frames cannot hold {end - start} bytes in frames of {frame_bytes}")
+    table_end = _HEADER.size + _LENGTH.size * count
+    if len(head) < table_end:
+        raise _corrupt(path, "its frame table is cut short")
+    frames = []
+    at = table_end
+    for index in range(count):
+        (length,) = _LENGTH.unpack_from(head, _HEADER.size + _LENGTH.size * index)
+        frames.append((at, length))
+        at += length
+    if at + _DIGEST != size:
+        raise _corrupt(path, f"its frames end at byte {at} of a {size}-byte file")
+    return Segment(path, start, end, frame_bytes, tuple(frames), digest, stamp)
+
+
+def _decompress(segment: Segment, index: int, compressed: bytes) -> bytes:
+    expected = min(segment.frame_bytes, segment.end - segment.start - index * segment.frame_bytes)
+    decoder = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        raw = decoder.decompress(compressed)
+    except zstandard.ZstdError as exc:
+        raise _corrupt(segment.path, f"frame {index} does not decompress: {exc}") from None
+    if not decoder.eof or decoder.unused_data:
+        raise _corrupt(segment.path, f"frame {index} is not exactly one whole Zstandard frame")
+    if len(raw) != expected:
+        raise _corrupt(segment.path, f"frame {index} holds {len(raw)} bytes, not {expected}")
+    return raw
+
+
+def decode_segment(path: Path, blob: bytes) -> tuple[Segment, bytes]:
+    """Check a whole segment file (its trailing hash, every frame, the digest of the
+    journal bytes) and return its header and those bytes; :class:`JournalCorruptError`
+    names what is wrong."""
+    if len(blob) < _HEADER.size + _DIGEST or hashlib.sha256(blob[:-_DIGEST]).digest() != blob[-_DIGEST:]:
+        raise _corrupt(path, "its trailing SHA-256 does not match the file")
+    segment = _header(path, blob, len(blob), (0, 0))
+    data = b"".join(
+        _decompress(segment, index, blob[at : at + length]) for index, (at, length) in enumerate(segment.frames)
+    )
+    if hashlib.sha256(data).digest() != segment.digest:
+        raise _corrupt(path, "its journal bytes do not match the SHA-256 in its header")
+    return segment, data
+
+
+def _corrupt(path: Path, reason: str) -> SegmentCorruptError:
+    return SegmentCorruptError(
+        f"sealed segment {path.name}: {reason}", details={"segment": path.name, "reason": reason}
+    )
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Free the blocks of ``[offset, offset + length)`` (whole blocks) without changing the
+    file's size; False when the file system cannot (the bytes then simply stay)."""
+    if length <= 0:
+        return True
+    libc = _libc()
+    if libc is None:
+        return False
+    done = libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length)
+    if done != 0:
+        code = ctypes.get_errno()
+        if code in (errno.EOPNOTSUPP, errno.ENOSYS):
+            return False
+        raise OSError(code, os.strerror(code))
+    return True
+
+
+_LIBC: list[ctypes.CDLL | None] = []
+
+
+def _libc() -> ctypes.CDLL | None:
+    # Python's os module has posix_fallocate, which cannot punch holes; fallocate(2) is
+    # called through ctypes (Linux only: elsewhere sealing keeps the journal's bytes).
+    if not _LIBC:
+        try:
+            libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+            assert libc is not None
+            libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+            libc.fallocate.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            libc = None
+        _LIBC.append(libc)
+    return _LIBC[0]
+
+
+class SealedJournal:
+    """The journal as one sequence of bytes: segments below the sealed end, ``journal.log``
+    from there on. A :class:`~tracelock.storage.fileio.JournalFile`: writes below the sealed
+    end (a redaction) rewrite the segment that holds them."""
+
+    def __init__(self, file: OSFile, directory: Path) -> None:
+        self.file = file
+        self._directory = directory
+        self._mutex = threading.Lock()
+        self._segments: list[Segment] = []
+        self._starts: list[int] = []
+        self._frames: OrderedDict[tuple[int, int], tuple[tuple[int, int], bytes]] = OrderedDict()
+        self.refresh()
+
+    # -- the segments --------------------------------------------------------------------
+    @property
+    def sealed_end(self) -> int:
+        """Where the segments' contiguous bytes from offset 0 end (0 without segments)."""
+        end = 0
+        for segment in self._segments:
+            if segment.start != end:
+                break
+            end = segment.end
+        return end
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    def refresh(self) -> bool:
+        """Read the segment folder again; True if it now holds segments this handle did not
+        know (another process sealed)."""
+        try:
+            names = sorted(
+                name for name in os.listdir(self._directory) if name.endswith(".seg")
+            )
+        except FileNotFoundError:
+            names = []
+        except NotADirectoryError:
+            raise _corrupt(self._directory, "is not a folder of segments") from None
+        known = {segment.path.name: segment for segment in self._segments}
+        segments = [known.get(name) or self._read_header(self._directory / name) for name in names]
+        segments.sort(key=lambda segment: segment.start)
+        for before, after in pairwise(segments):
+            if after.start < before.end:
+                raise _corrupt(after.path, f"overlaps segment {before.path.name}")
+        with self._mutex:
+            grew = [segment.path for segment in segments] != [segment.path for segment in self._segments]
+            self._segments = segments
+            self._starts = [segment.start for segment in segments]
+        return grew
+
+    def _read_header(self, path: Path) -> Segment:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.fstat(fd)
+            head = os.pread(fd, _HEADER.size, 0)
+            if len(head) == _HEADER.size and head[:8] == _MAGIC:
+                count = _HEADER.unpack(head)[4]
+                head += os.pread(fd, _LENGTH.size * count, _HEADER.size)
+        finally:
+            os.close(fd)
+        return _header(path, head, status.st_size, (status.st_ino, status.st_mtime_ns))
+
+    def _segment_at(self, offset: int) -> Segment | None:
+        index = bisect.bisect_right(self._starts, offset) - 1
+        if index < 0:
+            return None
+        segment = self._segments[index]
+        return segment if offset < segment.end else None
+
+    def _frame(self, segment: Segment, index: int) -> bytes:
+        path = segment.path
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            raise _corrupt(path, "the segment file is gone") from None
+        stamp = (status.st_ino, status.st_mtime_ns)
+        if stamp != segment.stamp:  # rewritten by a redaction (here or elsewhere)
+            segment = self._reread(segment.start)
+            stamp = segment.stamp
+        key = (segment.start, index)
+        with self._mutex:
+            cached = self._frames.get(key)
+            if cached is not None and cached[0] == stamp:
+                self._frames.move_to_end(key)
+                return cached[1]
+        at, length = segment.frames[index]
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            compressed = os.pread(fd, length, at)
+        finally:
+            os.close(fd)
+        raw = _decompress(segment, index, compressed)
+        with self._mutex:
+            self._frames[key] = (stamp, raw)
+            if len(self._frames) > _CACHED_FRAMES:
+                self._frames.popitem(last=False)
+        return raw
+
+    def _read_sealed(self, segment: Segment, length: int, offset: int) -> bytes:
+        parts = []
+        end = min(offset + length, segment.end)
+        while offset < end:
+            index, within = divmod(offset - segment.start, segment.frame_bytes)
+            frame = self._frame(segment, index)
+            part = frame[within : within + end - offset]
+            parts.append(part)
+            offset += len(part)
+        return b"".join(parts)
+
+    # -- JournalFile -----------------------------------------------------------------------
+    def size(self) -> int:
+        return self.file.size()
+
+    def pread(self, length: int, offset: int) -> bytes:
+        segment = self._segment_at(offset) if self._starts else None
+        if segment is not None:
+            head = self._read_sealed(segment, length, offset)
+            if len(head) == length:
+                return head
+            return head + self.pread(length - len(head), offset + len(head))
+        data = self.file.pread(length, offset)
+        nul = data.find(_NUL)
+        if nul >= 0 and self._in_hole(offset + nul) and self.refresh():
+            return self.pread(length, offset)
+        return data
+
+    def _in_hole(self, offset: int) -> bool:
+        try:
+            return os.lseek(self.file.fd, offset, os.SEEK_DATA) != offset
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a hole up to the end of the file
+                return True
+            raise
+
+    def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
+        segment = self._segment_at(offset) if self._starts else None
+        if segment is None:
+            return self.file.pwrite(data, offset, dsync=dsync)
+        if offset + len(data) > segment.end:
+            raise ValueError("a write into a sealed segment must stay inside it")
+        self._rewrite(segment, bytes(data), offset - segment.start)
+        return len(data)
+
+    def fdatasync(self) -> None:
+        self.file.fdatasync()
+
+    def truncate(self, length: int) -> None:
+        if length < self.sealed_end:
+            raise ValueError(f"cannot cut the journal at {length}, inside its sealed segments")
+        self.file.truncate(length)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._frames.clear()
+        self.file.close()
+
+    # -- sealing (the caller holds the writer lock) -----------------------------------------
+    def seal(self, end: int, *, before_freeing: Callable[[], None] | None = None) -> Segment | None:
+        """Seal the journal from the sealed end up to ``end``, which must be durable and a
+        record boundary; None if there is nothing to seal. Call it holding the writer lock.
+        ``before_freeing`` runs once the segment is published, before any block is freed
+        (the store syncs its synced mark there: docs/spec.md 3.8, step 5)."""
+        self.refresh()
+        start = self.sealed_end
+        if end <= start:
+            return None
+        data = self.file.pread(end - start, start)
+        if len(data) != end - start or not data.endswith(b"\n") or _NUL in data:
+            raise _corrupt(
+                self._directory / segment_name(start), f"journal bytes [{start}, {end}) are not whole records"
+            )
+        if not self._directory.is_dir():
+            self._directory.mkdir()
+            fsync_dir(self._directory.parent)
+        self._clear_leftovers()
+        path = self._directory / segment_name(start)
+        self._publish(path, encode_segment(start, data), data)
+        self.refresh()
+        if before_freeing is not None:
+            before_freeing()
+        # Every byte below ``start`` is sealed too (segments are contiguous from 0), so the
+        # block that straddles ``start`` is freed with this range.
+        block = max(os.fstat(self.file.fd).st_blksize, 512)
+        first = start // block * block
+        _punch_hole(self.file.fd, first, end // block * block - first)
+        return self._segment_at(start)
+
+    def _publish(self, path: Path, blob: bytes, data: bytes) -> None:
+        """Write a segment under a temporary name, sync it, read it back (it must give
+        ``data`` again), and only then rename it to ``path`` and sync the folder: a segment
+        that failed its read-back is never published."""
+        temporary = path.with_name(path.name + ".tmp")
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            _, read_back = decode_segment(path, os.pread(fd, len(blob) + 1, 0))
+        finally:
+            os.close(fd)
+        if read_back != data:
+            raise _corrupt(path, "reads back different bytes than were sealed")
+        os.replace(temporary, path)
+        fsync_dir(self._directory)
+
+    def _clear_leftovers(self) -> None:
+        for name in os.listdir(self._directory):
+            if name.endswith(".seg.tmp"):  # a segment a crash left unpublished
+                os.unlink(self._directory / name)
+
+    def _rewrite(self, segment: Segment, patch: bytes, at: int) -> None:
+        """Rewrite ``segment`` with ``patch`` at ``at`` (a redaction): a new file of the
+        same range replaces it whole."""
+        _, data = decode_segment(segment.path, segment.path.read_bytes())
+        patched = data[:at] + patch + data[at + len(patch) :]
+        self._publish(segment.path, encode_segment(segment.start, patched, frame_bytes=segment.frame_bytes), patched)
+        with self._mutex:
+            for key in [key for key in self._frames if key[0] == segment.start]:
+                del self._frames[key]
+        self._reread(segment.start)
+
+    def _reread(self, start: int) -> Segment:
+        """The header of the segment at ``start`` read again (its file was replaced)."""
+        fresh = self._read_header(self._directory / segment_name(start))
+        with self._mutex:
+            self._segments = [fresh if known.start == start else known for known in self._segments]
+        return fresh
+
+    def check(self) -> Iterator[tuple[Segment, str | None]]:
+        """Every segment, checked whole: (segment, None) or (segment, what is wrong)."""
+        self.refresh()
+        for segment in self._segments:
+            try:
+                decode_segment(segment.path, segment.path.read_bytes())
+            except JournalCorruptError as exc:
+                yield segment, str(exc.details.get("reason", exc))
+            else:
+                yield segment, None
+
+
+def open_journal(store: Path, *, write: bool = False) -> SealedJournal:
+    """``journal.log`` of the directory store at ``store``, with its segments."""
+    flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC
+    return SealedJournal(OSFile(os.open(store / "journal.log", flags)), store / SEALED_DIR)
+
+
+def wrap(file: JournalFile, store: Path) -> JournalFile:
+    """``file`` (the store's ``journal.log``) read with the store's segments; files of a
+    simulated disk are returned as they are (they are never sealed)."""
+    return SealedJournal(file, store / SEALED_DIR) if isinstance(file, OSFile) else file
