@@ -223,6 +223,7 @@ class DirectoryStore:
         self._payloads_complete = False
         self._run_payloads = _RunPayloads([])
         self._tail_fragment: tuple[int, int] | None = None
+        self._sealed: SealedJournal | None = None  # ``_file`` when it reads sealed segments
         #: (offset, reason) of the first damaged record a read-only open stopped at.
         self.damage: tuple[int, str] | None = None
         #: Why ``index.sqlite`` was found altered when a read-only handle opened it (the
@@ -244,6 +245,7 @@ class DirectoryStore:
             self._owns_lock = self._acquire_lock(wait_fail=not read_only)
             self._writable = self._owns_lock
             self._file = wrap(self._files.open(journal, write=self._writable), self._path)
+            self._sealed = self._file if isinstance(self._file, SealedJournal) else None
             self._mark = SyncedMark.open(self._files, self._path, write=self._writable)
             self._index = self._open_index()
             with self._index.transaction():
@@ -340,6 +342,8 @@ class DirectoryStore:
         assert fd is not None  # a writer has its lock file open
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._held = True
+        if self._sealed is not None:
+            self._sealed.begin_read()
         log = self._log
         try:
             # The usual answer, inlined: free space where this handle's data ends, nobody
@@ -1492,6 +1496,8 @@ class DirectoryStore:
     # -- reading -----------------------------------------------------------------------
     def _prepare_read(self) -> None:
         self._check_open()
+        if self._sealed is not None:
+            self._sealed.begin_read()
         log = self._log
         if log is None or (
             log.queued_end == log.written_end and not self._pending.entries and not self._pending.payloads

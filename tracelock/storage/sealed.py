@@ -18,7 +18,9 @@ is what free space and lost writes also read as; so whenever a read returns a NU
 reader asks the file system whether that byte is a hole (``SEEK_DATA``; free space is
 written NUL bytes, never a hole) and, if it is, looks for new segments before answering.
 A segment is published (renamed into place, its directory synced) before any block is
-punched, so the bytes are always in one place or the other.
+punched, so the bytes are always in one place or the other. Decoded frames are cached per
+handle; a redaction rewrites a segment and increments ``sealed/generation``, which every
+handle maps and compares at the start of each read, dropping its frames when it changed.
 
 Why by hand: Zstandard comes from the ``zstandard`` package; what no library provides is
 the mapping of journal offsets onto frames and the crash-safe order of the steps.
@@ -30,6 +32,7 @@ import bisect
 import ctypes
 import errno
 import hashlib
+import mmap
 import os
 import struct
 import threading
@@ -69,6 +72,9 @@ FRAME_BYTES = 1 << 16
 _LEVEL = 3
 
 _MAGIC = b"TLSEG\x00\x00\x01"
+#: The rewrite count readers map (``sealed/generation``: 8 bytes, little-endian).
+_GENERATION = "generation"
+_COUNT = struct.Struct("<Q")
 # magic, start, end, frame bytes, frame count, SHA-256 of the journal bytes
 _HEADER = struct.Struct("<8sQQII32s")
 _LENGTH = struct.Struct("<I")
@@ -135,6 +141,16 @@ def _header(path: Path, head: bytes, size: int, stamp: tuple[int, int]) -> Segme
     if at + _DIGEST != size:
         raise _corrupt(path, f"its frames end at byte {at} of a {size}-byte file")
     return Segment(path, start, end, frame_bytes, tuple(frames), digest, stamp)
+
+
+def _header_of(path: Path, fd: int) -> Segment:
+    """The header of the segment file open as ``fd``."""
+    status = os.fstat(fd)
+    head = os.pread(fd, _HEADER.size, 0)
+    if len(head) == _HEADER.size and head[:8] == _MAGIC:
+        count = _HEADER.unpack(head)[4]
+        head += os.pread(fd, _LENGTH.size * count, _HEADER.size)
+    return _header(path, head, status.st_size, (status.st_ino, status.st_mtime_ns))
 
 
 def _decompress(segment: Segment, index: int, compressed: bytes) -> bytes:
@@ -218,7 +234,10 @@ class SealedJournal:
         self._mutex = threading.Lock()
         self._segments: list[Segment] = []
         self._starts: list[int] = []
-        self._frames: OrderedDict[tuple[int, int], tuple[tuple[int, int], bytes]] = OrderedDict()
+        self._frames: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        #: ``sealed/generation``, mapped: a count every rewrite of a segment increments.
+        self._generation: mmap.mmap | None = None
+        self._seen_generation = -1  # none seen yet
         self.refresh()
 
     # -- the segments --------------------------------------------------------------------
@@ -253,6 +272,8 @@ class SealedJournal:
         for before, after in pairwise(segments):
             if after.start < before.end:
                 raise _corrupt(after.path, f"overlaps segment {before.path.name}")
+        if segments:
+            self._map_generation()
         with self._mutex:
             grew = [segment.path for segment in segments] != [segment.path for segment in self._segments]
             self._segments = segments
@@ -262,14 +283,9 @@ class SealedJournal:
     def _read_header(self, path: Path) -> Segment:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            status = os.fstat(fd)
-            head = os.pread(fd, _HEADER.size, 0)
-            if len(head) == _HEADER.size and head[:8] == _MAGIC:
-                count = _HEADER.unpack(head)[4]
-                head += os.pread(fd, _LENGTH.size * count, _HEADER.size)
+            return _header_of(path, fd)
         finally:
             os.close(fd)
-        return _header(path, head, status.st_size, (status.st_ino, status.st_mtime_ns))
 
     def _segment_at(self, offset: int) -> Segment | None:
         index = bisect.bisect_right(self._starts, offset) - 1
@@ -278,38 +294,78 @@ class SealedJournal:
         segment = self._segments[index]
         return segment if offset < segment.end else None
 
-    def _frame(self, segment: Segment, index: int) -> bytes:
-        path = segment.path
+    def begin_read(self) -> None:
+        """A read (or a commit) of the store begins: if a segment was rewritten since the
+        last one (a redaction, here or in another process: the generation count changed),
+        drop every decoded frame, so that none of a replaced file is served again. Reading
+        the mapped count costs no system call; without it, frames are dropped every time."""
+        generation = -1 if self._generation is None else _COUNT.unpack_from(self._generation)[0]
+        if generation != self._seen_generation or generation < 0:
+            with self._mutex:
+                self._frames.clear()
+            self._seen_generation = generation
+
+    def _map_generation(self) -> None:
+        if self._generation is not None:
+            return
         try:
-            status = os.stat(path)
+            fd = os.open(self._directory / _GENERATION, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise _corrupt(path, "the segment file is gone") from None
-        stamp = (status.st_ino, status.st_mtime_ns)
-        if stamp != segment.stamp:  # rewritten by a redaction (here or elsewhere)
-            segment = self._reread(segment.start)
-            stamp = segment.stamp
+            return
+        try:
+            if os.fstat(fd).st_size >= _COUNT.size:
+                self._generation = mmap.mmap(fd, _COUNT.size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def _bump_generation(self) -> None:
+        """Count one more rewrite (under the writer lock): every handle's next read drops
+        its decoded frames. Created at zero with the folder's first segment."""
+        path = self._directory / _GENERATION
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            raw = os.pread(fd, _COUNT.size, 0)
+            count = _COUNT.unpack(raw)[0] + 1 if len(raw) == _COUNT.size else 0
+            os.pwrite(fd, _COUNT.pack(count), 0)
+        finally:
+            os.close(fd)
+        self._map_generation()
+
+    def _frame(self, segment: Segment, index: int) -> bytes:
+        """Frame ``index`` of ``segment``, decoded: from the cache, else from the file (whose
+        header is read again if the file was replaced since)."""
         key = (segment.start, index)
         with self._mutex:
             cached = self._frames.get(key)
-            if cached is not None and cached[0] == stamp:
+            if cached is not None:
                 self._frames.move_to_end(key)
-                return cached[1]
-        at, length = segment.frames[index]
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                return cached
         try:
+            fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise _corrupt(segment.path, "the segment file is gone") from None
+        try:
+            status = os.fstat(fd)
+            if (status.st_ino, status.st_mtime_ns) != segment.stamp:  # rewritten since
+                segment = _header_of(segment.path, fd)
+                self._replace(segment)
+            at, length = segment.frames[index]
             compressed = os.pread(fd, length, at)
         finally:
             os.close(fd)
         raw = _decompress(segment, index, compressed)
         with self._mutex:
-            self._frames[key] = (stamp, raw)
+            self._frames[key] = raw
             if len(self._frames) > _CACHED_FRAMES:
                 self._frames.popitem(last=False)
         return raw
 
     def _read_sealed(self, segment: Segment, length: int, offset: int) -> bytes:
-        parts = []
         end = min(offset + length, segment.end)
+        index, within = divmod(offset - segment.start, segment.frame_bytes)
+        if within + end - offset <= segment.frame_bytes:  # the usual read: inside one frame
+            return self._frame(segment, index)[within : within + end - offset]
+        parts = []
         while offset < end:
             index, within = divmod(offset - segment.start, segment.frame_bytes)
             frame = self._frame(segment, index)
@@ -363,6 +419,8 @@ class SealedJournal:
     def close(self) -> None:
         with self._mutex:
             self._frames.clear()
+        if self._generation is not None:
+            self._generation.close()
         self.file.close()
 
     # -- sealing (the caller holds the writer lock) -----------------------------------------
@@ -383,6 +441,8 @@ class SealedJournal:
         if not self._directory.is_dir():
             self._directory.mkdir()
             fsync_dir(self._directory.parent)
+        if not (self._directory / _GENERATION).exists():
+            self._bump_generation()  # created at zero
         self._clear_leftovers()
         path = self._directory / segment_name(start)
         self._publish(path, encode_segment(start, data), data)
@@ -426,17 +486,20 @@ class SealedJournal:
         _, data = decode_segment(segment.path, segment.path.read_bytes())
         patched = data[:at] + patch + data[at + len(patch) :]
         self._publish(segment.path, encode_segment(segment.start, patched, frame_bytes=segment.frame_bytes), patched)
+        self._bump_generation()
         with self._mutex:
-            for key in [key for key in self._frames if key[0] == segment.start]:
-                del self._frames[key]
+            self._frames.clear()
         self._reread(segment.start)
 
     def _reread(self, start: int) -> Segment:
         """The header of the segment at ``start`` read again (its file was replaced)."""
         fresh = self._read_header(self._directory / segment_name(start))
-        with self._mutex:
-            self._segments = [fresh if known.start == start else known for known in self._segments]
+        self._replace(fresh)
         return fresh
+
+    def _replace(self, fresh: Segment) -> None:
+        with self._mutex:
+            self._segments = [fresh if known.start == fresh.start else known for known in self._segments]
 
     def check(self) -> Iterator[tuple[Segment, str | None]]:
         """Every segment, checked whole: (segment, None) or (segment, what is wrong)."""
