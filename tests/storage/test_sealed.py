@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -324,7 +325,7 @@ def _published_not_punched(store_dir: Path) -> Appended:
         appended = _append_runs(store, 40)
     journal = (store_dir / "journal.log").read_bytes()
     end = journal.index(b"\n", len(journal) // 2) + 1
-    (store_dir / SEALED_DIR).mkdir()
+    (store_dir / SEALED_DIR).mkdir(exist_ok=True)  # a writer's open creates it
     (store_dir / SEALED_DIR / segment_name(0)).write_bytes(encode_segment(0, journal[:end]))
     return appended
 
@@ -443,6 +444,31 @@ def test_a_handle_opened_before_another_process_sealed_reads_and_appends(tmp_pat
     _assert_verifies(store_dir)
 
 
+def test_a_handle_that_knows_segments_notices_newer_ones_without_asking_the_file_system(
+    tmp_path: Path,
+) -> None:
+    """The handle has segments (so it reads the generation count instead of asking the file
+    system whether a NUL byte is a hole); another process then appends past this handle's
+    end and seals it, freeing the blocks where this handle's next commit probes. The
+    handle must see the count moved, list the segments again, and continue the chain."""
+    store_dir = tmp_path / "store"
+    with _open(store_dir) as writer:
+        mine = _append_runs(writer, 30, prefix="mine")
+        assert _segments(store_dir)  # this handle sealed: the count is mapped
+        sealed_before = len(_segments(store_dir))
+        acked = _run_sealing_child(store_dir, 30)
+        assert len(_segments(store_dir)) > sealed_before
+        end_of_mine = max(entry.seq for entry, _ in mine)
+        assert int(acked[0][1]) == end_of_mine + 1  # the child appended right after this handle
+        after = writer.append("after", "run.start", payload={"after": "the child sealed"}, meta={"status": "running"})
+        assert after.seq == int(acked[-1][1]) + 1
+        theirs = writer.append("c-0", "effect", payload={"after": "the child, in its run"})
+        assert (theirs.i, theirs.prev) == (6, next(parts[2] for parts in reversed(acked) if parts[3] == "c-0"))
+        _assert_reads_child(writer, acked)
+        _assert_reads_back(writer, mine)
+    _assert_verifies(store_dir)
+
+
 # -- 8. kill -9 of a writer that seals often ----------------------------------------------------
 def _wait_for_line(out: Path, prefix: str, child: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + _PATIENCE_S
@@ -511,7 +537,7 @@ def test_no_segments_when_sealing_is_disabled(tmp_path: Path) -> None:
         store.sync()
         assert store.seal_error is None
     assert os.path.getsize(store_dir / "journal.log") > (1 << 20)
-    assert not (store_dir / SEALED_DIR).exists()
+    assert not _segments(store_dir)
     assert _first_data(store_dir) == 0
     _assert_verifies(store_dir)
 
@@ -520,6 +546,7 @@ def test_no_segments_when_sealing_is_disabled(tmp_path: Path) -> None:
 def test_a_failing_seal_is_kept_aside_and_the_append_succeeds(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     with _open(store_dir) as store:
+        shutil.rmtree(store_dir / SEALED_DIR)  # made, empty, by the writer's open
         (store_dir / SEALED_DIR).write_bytes(b"not a folder")
         appended = _append_runs(store, 40)
         assert store.seal_error is not None

@@ -246,6 +246,8 @@ class DirectoryStore:
             self._writable = self._owns_lock
             self._file = wrap(self._files.open(journal, write=self._writable), self._path)
             self._sealed = self._file if isinstance(self._file, SealedJournal) else None
+            if self._sealed is not None and self._writable and not read_only:
+                self._sealed.prepare()
             self._mark = SyncedMark.open(self._files, self._path, write=self._writable)
             self._index = self._open_index()
             with self._index.transaction():
@@ -258,7 +260,9 @@ class DirectoryStore:
                 self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
                 self._sync_tree()
             if self._writable and not read_only:
-                self._log = GroupCommitLog(self._file, end, mark=self._record_mark(end))
+                # The log writes only past the sealed end: it takes the file itself.
+                raw = self._file if self._sealed is None else self._sealed.file
+                self._log = GroupCommitLog(raw, end, mark=self._record_mark(end))
                 self._log.after_commit = self._release_if_idle
                 if seal_bytes is not None and isinstance(self._file, SealedJournal):
                     self._seal_at = self._file.sealed_end + seal_bytes
@@ -345,10 +349,18 @@ class DirectoryStore:
         if self._sealed is not None:
             self._sealed.begin_read()
         log = self._log
+        sealed = self._sealed
         try:
             # The usual answer, inlined: free space where this handle's data ends, nobody
-            # wrote since its last commit.
-            if log is None or self._file.pread(1, log.written_end) != _NUL:
+            # wrote since its last commit (read from the file itself; a NUL byte there may
+            # also be a block another process sealed and freed, which the sealed journal
+            # tells without a system call once it has the generation count mapped).
+            if log is None:
+                self._catch_up_others()
+            elif sealed is None:
+                if self._file.pread(1, log.written_end) != _NUL:
+                    self._catch_up_others()
+            elif sealed.file.pread(1, log.written_end) != _NUL or sealed.may_be_freed(log.written_end):
                 self._catch_up_others()
         except BaseException:
             self._unlock()
