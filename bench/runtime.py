@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload
+from bench.peers.base import tree_bytes
 from bench.stats import percentile, summary_us
 from bench.syncs import probe
 from tracelock.runtime.replay.gate import replay_all
@@ -39,10 +40,11 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
 
 
 def _store_bytes(path: Path) -> dict[str, int]:
-    sizes = {p.name: p.stat().st_size for p in path.rglob("*") if p.is_file()}
-    journal = sizes.get("journal.log", 0)
-    index = sum(size for name, size in sizes.items() if name.startswith("index.sqlite"))
-    return {"journal": journal, "index": index, "total": sum(sizes.values())}
+    """Bytes on disk by part (a sparse file counts what it has allocated): the journal is
+    ``journal.log`` with its sealed segments (docs/spec.md 3.8)."""
+    journal = tree_bytes(path / "journal.log") + (tree_bytes(path / "sealed") if (path / "sealed").is_dir() else 0)
+    index = sum(tree_bytes(item) for item in path.glob("index.sqlite*"))
+    return {"journal": journal, "index": index, "total": tree_bytes(path)}
 
 
 def run(quick: bool) -> dict[str, Any]:

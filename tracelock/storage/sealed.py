@@ -66,7 +66,9 @@ SEALED_DIR = "sealed"
 #: A writer seals once this much of the journal past the last segment is durable.
 SEAL_BYTES = 1 << 20
 #: Bytes of the journal per compressed frame (the last frame of a segment may be shorter).
-FRAME_BYTES = 1 << 16
+#: A read of one run decodes one frame: 32 KiB decode in about 10 µs (64 KiB: 18 µs) for
+#: 7% more bytes on disk than 64 KiB frames (measured on the README's workload).
+FRAME_BYTES = 1 << 15
 #: Zstandard level 1: on journal bytes it was both faster than the library's default (3)
 #: and a little smaller (5.85x against 5.68x, 0.8 against 1.1 ms per MiB, measured).
 _LEVEL = 1
@@ -82,6 +84,10 @@ _DIGEST = 32
 _NUL = b"\0"
 #: Decompressed frames kept per handle: a run's records lie in one or two frames.
 _CACHED_FRAMES = 8
+#: Segment files kept open per handle (closed when the generation count changes).
+_OPEN_SEGMENTS = 4
+
+_NO_FRAME: tuple[int, int, bytes] = (0, 0, b"")
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
@@ -153,9 +159,17 @@ def _header_of(path: Path, fd: int) -> Segment:
     return _header(path, head, status.st_size, (status.st_ino, status.st_mtime_ns))
 
 
+#: One decompression context per thread (a context is not safe to share between threads,
+#: and making one per frame cost about 7 µs of a 64 KiB frame's 25).
+_CONTEXTS = threading.local()
+
+
 def _decompress(segment: Segment, index: int, compressed: bytes) -> bytes:
     expected = min(segment.frame_bytes, segment.end - segment.start - index * segment.frame_bytes)
-    decoder = zstandard.ZstdDecompressor().decompressobj()
+    context = getattr(_CONTEXTS, "context", None)
+    if context is None:
+        context = _CONTEXTS.context = zstandard.ZstdDecompressor()
+    decoder = context.decompressobj()
     try:
         raw = decoder.decompress(compressed)
     except zstandard.ZstdError as exc:
@@ -241,6 +255,10 @@ class SealedJournal:
         self._starts: list[int] = []
         self._top = 0  # where the last segment ends: no read at or past it needs a look-up
         self._frames: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        #: (first offset, end, bytes) of the frame read last: most reads fall in it again.
+        self._last = _NO_FRAME
+        #: Open segment files: start -> (descriptor, the header read with it).
+        self._open: OrderedDict[int, tuple[int, Segment]] = OrderedDict()
         #: ``sealed/generation``, mapped: a count every rewrite of a segment increments.
         self._generation: mmap.mmap | None = None
         self._seen_generation = -1  # none seen yet (frames)
@@ -312,6 +330,8 @@ class SealedJournal:
         if generation != self._seen_generation or generation < 0:
             with self._mutex:
                 self._frames.clear()
+                self._last = _NO_FRAME
+                self._close_segments()
             self._seen_generation = generation
 
     def _generation_count(self) -> int:
@@ -353,26 +373,55 @@ class SealedJournal:
             cached = self._frames.get(key)
             if cached is not None:
                 self._frames.move_to_end(key)
+                self._last = self._frame_span(segment, index, cached)
                 return cached
-        try:
-            fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise _corrupt(segment.path, "the segment file is gone") from None
-        try:
-            status = os.fstat(fd)
-            if (status.st_ino, status.st_mtime_ns) != segment.stamp:  # rewritten since
-                segment = _header_of(segment.path, fd)
-                self._replace(segment)
+        with self._mutex:  # a descriptor is never closed while it is read
+            fd, segment = self._open_segment(segment)
             at, length = segment.frames[index]
             compressed = os.pread(fd, length, at)
-        finally:
-            os.close(fd)
         raw = _decompress(segment, index, compressed)
         with self._mutex:
             self._frames[key] = raw
             if len(self._frames) > _CACHED_FRAMES:
                 self._frames.popitem(last=False)
+            self._last = self._frame_span(segment, index, raw)
         return raw
+
+    def _open_segment(self, segment: Segment) -> tuple[int, Segment]:
+        """A descriptor of the segment's file, kept open (a few at a time) until the
+        generation count changes, and the header that goes with that file (read again if
+        the file was rewritten since ``segment`` was read). Holds ``_mutex``."""
+        held = self._open.get(segment.start)
+        if held is not None:
+            self._open.move_to_end(segment.start)
+            return held
+        try:
+            fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise _corrupt(segment.path, "the segment file is gone") from None
+        status = os.fstat(fd)
+        if (status.st_ino, status.st_mtime_ns) != segment.stamp:  # rewritten since
+            try:
+                segment = _header_of(segment.path, fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._segments = [segment if known.start == segment.start else known for known in self._segments]
+        self._open[segment.start] = (fd, segment)
+        if len(self._open) > _OPEN_SEGMENTS:
+            os.close(self._open.popitem(last=False)[1][0])
+        return fd, segment
+
+    def _close_segments(self) -> None:
+        """Close every kept descriptor. Holds ``_mutex``."""
+        for fd, _ in self._open.values():
+            os.close(fd)
+        self._open.clear()
+
+    @staticmethod
+    def _frame_span(segment: Segment, index: int, raw: bytes) -> tuple[int, int, bytes]:
+        low = segment.start + index * segment.frame_bytes
+        return low, low + len(raw), raw
 
     def _read_sealed(self, segment: Segment, length: int, offset: int) -> bytes:
         end = min(offset + length, segment.end)
@@ -393,6 +442,9 @@ class SealedJournal:
         return self.file.size()
 
     def pread(self, length: int, offset: int) -> bytes:
+        low, high, frame = self._last
+        if low <= offset and offset + length <= high:  # the usual read: the last frame again
+            return frame[offset - low : offset - low + length]
         segment = self._segment_at(offset) if offset < self._top else None
         if segment is not None:
             head = self._read_sealed(segment, length, offset)
@@ -444,6 +496,8 @@ class SealedJournal:
     def close(self) -> None:
         with self._mutex:
             self._frames.clear()
+            self._last = _NO_FRAME
+            self._close_segments()
         if self._generation is not None:
             self._generation.close()
         self.file.close()
@@ -522,6 +576,8 @@ class SealedJournal:
         self._bump_generation()
         with self._mutex:
             self._frames.clear()
+            self._last = _NO_FRAME
+            self._close_segments()
         self._reread(segment.start)
 
     def _reread(self, start: int) -> Segment:
