@@ -25,6 +25,7 @@ import pytest
 
 from tests.storage.storage_helpers import TickClock
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
+from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import PayloadRedactedError
 from tracelock.storage.sealed import (
@@ -599,3 +600,23 @@ def test_a_version_1_store_is_marked_version_2_when_first_sealed(
     with DirectoryStore(store_dir, read_only=True) as reader:
         _assert_reads_back(reader, appended)
     _assert_verifies(store_dir)
+
+
+# -- store copy ----------------------------------------------------------------------------------
+def test_a_sealed_store_copies_entry_for_entry_and_its_copy_seals_too(tmp_path: Path) -> None:
+    """``store copy`` reads the source through its segments; the copy, a fresh directory
+    store, holds the same entries and payloads, seals its own journal, and verifies."""
+    source_dir, copy_dir = tmp_path / "source", tmp_path / "copy"
+    appended = _sealed_store(source_dir)
+    clock = ReplayClock()
+    with DirectoryStore(source_dir, read_only=True) as source, DirectoryStore(
+        copy_dir, clock=clock, store_id=lambda: "the-copy", seal_bytes=SEAL
+    ) as copy:
+        copied = copy_store(source, copy, clock)
+        assert copied == len(appended)
+        report = verify_copy(source, copy, copied)
+        assert not report.mismatches and report.source_root == report.copy_root
+        _assert_reads_back(copy, appended)
+    assert _segments(copy_dir)
+    assert _logical_journal(copy_dir) == _logical_journal(source_dir)
+    _assert_verifies(copy_dir)
