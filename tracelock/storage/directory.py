@@ -264,8 +264,8 @@ class DirectoryStore:
                 raw = self._file if self._sealed is None else self._sealed.file
                 self._log = GroupCommitLog(raw, end, mark=self._record_mark(end))
                 self._log.after_commit = self._release_if_idle
-                if seal_bytes is not None and isinstance(self._file, SealedJournal):
-                    self._seal_at = self._file.sealed_end + seal_bytes
+                if seal_bytes is not None and self._sealed is not None:
+                    self._seal_at = self._sealed.sealed_end + seal_bytes
             if self._held and not self._hold_for_life:
                 self._unlock()
         except BaseException:
@@ -404,8 +404,8 @@ class DirectoryStore:
             # a journal that ends before its mark, which a writer refuses (spec 3.5, 3.8).
             journal.seal(log.durable_end, before_freeing=None if self._mark is None else self._mark.sync)
             self.seal_error = None
-        except (OSError, JournalCorruptError) as exc:
-            self.seal_error = str(exc)
+        except Exception as exc:  # any failure: the appends it follows are durable already
+            self.seal_error = f"{type(exc).__name__}: {exc}"
             self._seal_at = log.durable_end + every
         else:
             self._seal_at = max(journal.sealed_end, log.durable_end) + every

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import zstandard
 
-from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
+from tracelock.storage.errors import SegmentCorruptError
 from tracelock.storage.fileio import JournalFile, OSFile
 from tracelock.storage.files import fsync_dir
 
@@ -183,7 +183,7 @@ def _decompress(segment: Segment, index: int, compressed: bytes) -> bytes:
 
 def decode_segment(path: Path, blob: bytes) -> tuple[Segment, bytes]:
     """Check a whole segment file (its trailing hash, every frame, the digest of the
-    journal bytes) and return its header and those bytes; :class:`JournalCorruptError`
+    journal bytes) and return its header and those bytes; :class:`SegmentCorruptError`
     names what is wrong."""
     if len(blob) < _HEADER.size + _DIGEST or hashlib.sha256(blob[:-_DIGEST]).digest() != blob[-_DIGEST:]:
         raise _corrupt(path, "its trailing SHA-256 does not match the file")
@@ -242,6 +242,16 @@ def _libc() -> ctypes.CDLL | None:
     return _LIBC[0]
 
 
+def _contiguous_end(segments: list[Segment]) -> int:
+    """Where the chain of segments that starts at offset 0 ends."""
+    end = 0
+    for segment in segments:
+        if segment.start != end:
+            break
+        end = segment.end
+    return end
+
+
 class SealedJournal:
     """The journal as one sequence of bytes: segments below the sealed end, ``journal.log``
     from there on. A :class:`~tracelock.storage.fileio.JournalFile`: writes below the sealed
@@ -254,12 +264,13 @@ class SealedJournal:
         self._segments: list[Segment] = []
         self._starts: list[int] = []
         self._top = 0  # where the last segment ends: no read at or past it needs a look-up
+        self._sealed_end = 0
         self._frames: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         #: (first offset, end, bytes) of the frame read last: most reads fall in it again.
         self._last = _NO_FRAME
         #: Open segment files: start -> (descriptor, the header read with it).
         self._open: OrderedDict[int, tuple[int, Segment]] = OrderedDict()
-        #: ``sealed/generation``, mapped: a count every rewrite of a segment increments.
+        #: ``sealed/generation``, mapped: a count every seal and every rewrite increments.
         self._generation: mmap.mmap | None = None
         self._seen_generation = -1  # none seen yet (frames)
         self._refreshed_generation = -1  # the count when the folder was last listed
@@ -269,16 +280,7 @@ class SealedJournal:
     @property
     def sealed_end(self) -> int:
         """Where the segments' contiguous bytes from offset 0 end (0 without segments)."""
-        end = 0
-        for segment in self._segments:
-            if segment.start != end:
-                break
-            end = segment.end
-        return end
-
-    @property
-    def segments(self) -> tuple[Segment, ...]:
-        return tuple(self._segments)
+        return self._sealed_end
 
     def refresh(self) -> bool:
         """Read the segment folder again; True if it now holds segments this handle did not
@@ -305,6 +307,7 @@ class SealedJournal:
             self._segments = segments
             self._starts = [segment.start for segment in segments]
             self._top = max((segment.end for segment in segments), default=0)
+            self._sealed_end = _contiguous_end(segments)
         return grew
 
     def _read_header(self, path: Path) -> Segment:
@@ -574,32 +577,19 @@ class SealedJournal:
         patched = data[:at] + patch + data[at + len(patch) :]
         self._publish(segment.path, encode_segment(segment.start, patched, frame_bytes=segment.frame_bytes), patched)
         self._bump_generation()
+        fresh = self._read_header(segment.path)
         with self._mutex:
             self._frames.clear()
             self._last = _NO_FRAME
             self._close_segments()
-        self._reread(segment.start)
-
-    def _reread(self, start: int) -> Segment:
-        """The header of the segment at ``start`` read again (its file was replaced)."""
-        fresh = self._read_header(self._directory / segment_name(start))
-        self._replace(fresh)
-        return fresh
-
-    def _replace(self, fresh: Segment) -> None:
-        with self._mutex:
             self._segments = [fresh if known.start == fresh.start else known for known in self._segments]
 
-    def check(self) -> Iterator[tuple[Segment, str | None]]:
-        """Every segment, checked whole: (segment, None) or (segment, what is wrong)."""
+    def checked(self) -> Iterator[tuple[Segment, bytes]]:
+        """Every segment in journal order, checked whole, with its journal bytes (one
+        segment in memory at a time); :class:`SegmentCorruptError` for the first that fails."""
         self.refresh()
-        for segment in self._segments:
-            try:
-                decode_segment(segment.path, segment.path.read_bytes())
-            except JournalCorruptError as exc:
-                yield segment, str(exc.details.get("reason", exc))
-            else:
-                yield segment, None
+        for segment in list(self._segments):
+            yield segment, decode_segment(segment.path, segment.path.read_bytes())[1]
 
 
 def open_journal(store: Path, *, write: bool = False) -> SealedJournal:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
@@ -38,7 +38,7 @@ from tracelock.core.entry import (
 from tracelock.errors import CanonicalError
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.errors import JournalCorruptError
+from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
 from tracelock.storage.index import LOCATION, Index, IndexedPayload, RunRow, row_difference
 from tracelock.storage.journal_file import (
     ENTRY,
@@ -49,7 +49,7 @@ from tracelock.storage.journal_file import (
     data_end,
 )
 from tracelock.storage.merkle_stream import MerkleStream
-from tracelock.storage.sealed import open_journal
+from tracelock.storage.sealed import SealedJournal, open_journal
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
@@ -59,7 +59,6 @@ __all__ = ["INDEX_TAMPERED", "VerifyReport", "claimed_position", "verify_run", "
 
 #: The issue code of an index that contradicts the journal.
 INDEX_TAMPERED = "STORE_INDEX_TAMPERED"
-SEGMENT_CORRUPT = "JOURNAL_SEGMENT_CORRUPT"
 
 _SEEN_CACHE = 1 << 16
 # The scan's payload cache is two generations of dicts (see ``_StoreScan``), each at most
@@ -227,19 +226,7 @@ def verify_store(
     offset = 0  # where the next block starts in the file
     journal = open_journal(store.path)
     try:
-        for segment, damage in journal.check():
-            if damage is not None:
-                scan.report.issue = _issue(
-                    SEGMENT_CORRUPT, scan.report.entries, None, f"sealed segment {segment.path.name}: {damage}"
-                )
-                return scan.report
-        end = data_end(journal)
-        position = 0
-        while position < end:
-            chunk = journal.pread(min(_READ_CHUNK, end - position), position)
-            if not chunk:
-                break  # the file shrank while being read; what was read is judged
-            position += len(chunk)
+        for chunk in _journal_blocks(journal):
             newline = chunk.rfind(b"\n")
             if newline < 0:
                 carried.append(chunk)  # joined once, when the line ends (no quadratic copy)
@@ -256,6 +243,9 @@ def verify_store(
             offset += cut
             if cut < len(data):
                 carried.append(data[cut:])
+    except SegmentCorruptError as exc:
+        scan.report.issue = _issue(SegmentCorruptError.code, scan.report.entries, None, exc.message)
+        return scan.report
     finally:
         journal.close()
     report = scan.finish(offset, sum(map(len, carried)))
@@ -271,6 +261,25 @@ def verify_store(
                 "the index was not compared with the journal: another process holds the store"
             )
     return report
+
+
+def _journal_blocks(journal: SealedJournal) -> Iterator[bytes]:
+    """The journal's bytes in blocks: each sealed segment checked whole (decoded once), then
+    the rest of ``journal.log`` up to its data end. Raises :class:`SegmentCorruptError` for a
+    segment that fails its checks."""
+    position = 0
+    for segment, data in journal.checked():
+        if segment.start != position:
+            break  # a segment is missing: the rest is read as it lies, holes and all
+        yield data
+        position = segment.end
+    end = data_end(journal)
+    while position < end:
+        chunk = journal.pread(min(_READ_CHUNK, end - position), position)
+        if not chunk:
+            break  # the file shrank while being read; what was read is judged
+        position += len(chunk)
+        yield chunk
 
 
 def _index_message(store: DirectoryStore, problem: str) -> str:
