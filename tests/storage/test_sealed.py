@@ -25,6 +25,7 @@ import pytest
 
 from tests.storage.storage_helpers import TickClock
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
+from tracelock.storage import sealed
 from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import PayloadRedactedError
@@ -620,3 +621,50 @@ def test_a_sealed_store_copies_entry_for_entry_and_its_copy_seals_too(tmp_path: 
     assert _segments(copy_dir)
     assert _logical_journal(copy_dir) == _logical_journal(source_dir)
     _assert_verifies(copy_dir)
+
+
+# -- a long unsealed journal ---------------------------------------------------------------------
+def test_a_long_unsealed_journal_is_sealed_a_bounded_segment_per_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written without sealing (as before segments existed) is not sealed in one
+    stall by the first writer that seals: each commit seals at most MAX_SEGMENT_BYTES, cut
+    after a whole record, and a record longer than that goes whole into its own segment."""
+    monkeypatch.setattr(sealed, "MAX_SEGMENT_BYTES", 8192)
+    store_dir = tmp_path / "store"
+    with _open(store_dir, seal_bytes=None) as store:
+        appended = _append_runs(store, 30)
+        huge = store.append("huge", "run.start", payload={"text": "x" * 30000}, meta={"status": "running"})
+        appended.append((huge, {"text": "x" * 30000}))
+        appended += _append_runs(store, 10, prefix="after")
+    backlog = _logical_journal(store_dir)
+    assert not _segments(store_dir)
+    with _open(store_dir, seal_bytes=4096) as store:
+        commits = 0
+        while not _ranges(store_dir) or _ranges(store_dir)[-1][1] < len(backlog):
+            assert commits < 500, "the backlog is never sealed"
+            store.append("tick", "effect" if commits else "run.start", payload={"tick": commits})
+            commits += 1
+        assert store.seal_error is None
+        _assert_reads_back(store, appended)
+    ranges = _ranges(store_dir)
+    # One segment per commit, never more than the bound, except the one that holds the
+    # record longer than the bound, whole.
+    assert len(ranges) >= (len(backlog) - 31000) // 8192
+    assert len(ranges) - 1 <= commits <= len(ranges) + 1
+    long_ones = [(start, end) for start, end in ranges if end - start > 8192]
+    assert len(long_ones) == 1
+    start, end = long_ones[0]
+    assert backlog[start:end].count(b"\n") == 1 and b"x" * 30000 in backlog[start:end]
+    assert _logical_journal(store_dir)[: len(backlog)] == backlog
+    _assert_verifies(store_dir)
+
+
+def _ranges(store_dir: Path) -> list[tuple[int, int]]:
+    """(start, end) of every segment, from their headers."""
+    return [(start, end) for start, end in (_segment_range(path) for path in _segments(store_dir))]
+
+
+def _segment_range(path: Path) -> tuple[int, int]:
+    segment = decode_segment(path, path.read_bytes())[0]
+    return segment.start, segment.end

@@ -408,7 +408,9 @@ class DirectoryStore:
             self.seal_error = f"{type(exc).__name__}: {exc}"
             self._seal_at = log.durable_end + every
         else:
-            self._seal_at = max(journal.sealed_end, log.durable_end) + every
+            # A backlog longer than one segment (a store written before segments) is sealed
+            # on the next commits, one segment each.
+            self._seal_at = journal.sealed_end + every
 
     def _upgrade_format(self) -> None:
         """Mark a version-1 store as version 2 before its first segment is sealed: a

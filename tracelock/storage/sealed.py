@@ -50,6 +50,7 @@ from tracelock.storage.files import fsync_dir
 
 __all__ = [
     "FRAME_BYTES",
+    "MAX_SEGMENT_BYTES",
     "SEALED_DIR",
     "SEAL_BYTES",
     "Segment",
@@ -65,6 +66,8 @@ __all__ = [
 SEALED_DIR = "sealed"
 #: A writer seals once this much of the journal past the last segment is durable.
 SEAL_BYTES = 1 << 20
+#: The most one seal takes (a record longer than this goes whole, in a segment of its own).
+MAX_SEGMENT_BYTES = 8 << 20
 #: Bytes of the journal per compressed frame (the last frame of a segment may be shorter).
 #: A read of one run decodes one frame: 32 KiB decode in about 10 µs (64 KiB: 18 µs) for
 #: 7% more bytes on disk than 64 KiB frames (measured on the README's workload).
@@ -507,14 +510,18 @@ class SealedJournal:
 
     # -- sealing (the caller holds the writer lock) -----------------------------------------
     def seal(self, end: int, *, before_freeing: Callable[[], None] | None = None) -> Segment | None:
-        """Seal the journal from the sealed end up to ``end``, which must be durable and a
-        record boundary; None if there is nothing to seal. Call it holding the writer lock.
+        """Seal the journal from the sealed end towards ``end``, which must be durable and a
+        record boundary: at most :data:`MAX_SEGMENT_BYTES` (cut after the last whole record
+        that fits; a longer record goes whole), so that a store with a long unsealed journal
+        (one written before segments existed) is sealed a segment per commit, never in one
+        stall. None if there is nothing to seal. Call it holding the writer lock.
         ``before_freeing`` runs once the segment is published, before any block is freed
         (the store syncs its synced mark there: docs/spec.md 3.8, step 5)."""
         self.prepare()
         start = self.sealed_end
         if end <= start:
             return None
+        end = self._segment_end(start, end)
         data = self.file.pread(end - start, start)
         if len(data) != end - start or not data.endswith(b"\n") or _NUL in data:
             raise _corrupt(
@@ -533,6 +540,25 @@ class SealedJournal:
         first = start // block * block
         _punch_hole(self.file.fd, first, end // block * block - first)
         return self._segment_at(start)
+
+    def _segment_end(self, start: int, end: int) -> int:
+        """Where a segment from ``start`` ends: the last record boundary at most
+        :data:`MAX_SEGMENT_BYTES` on, or the end of a longer first record, or ``end``."""
+        if end - start <= MAX_SEGMENT_BYTES:
+            return end
+        cut = self.file.pread(MAX_SEGMENT_BYTES, start).rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        position = start + MAX_SEGMENT_BYTES  # one record longer than a segment: it goes whole
+        while position < end:
+            chunk = self.file.pread(min(MAX_SEGMENT_BYTES, end - position), position)
+            at = chunk.find(b"\n")
+            if at >= 0:
+                return position + at + 1
+            if not chunk:
+                break
+            position += len(chunk)
+        return end
 
     def prepare(self) -> None:
         """Create the segment folder and its generation count if the store has none yet
