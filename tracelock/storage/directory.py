@@ -346,8 +346,6 @@ class DirectoryStore:
         assert fd is not None  # a writer has its lock file open
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._held = True
-        if self._sealed is not None:
-            self._sealed.begin_read()
         log = self._log
         sealed = self._sealed
         try:

@@ -470,9 +470,10 @@ class SealedJournal:
         segment and before it frees a block, and the count is read after the data, so an
         unchanged count means no block was freed before the read. Before any segment
         exists, the file system is asked."""
-        if self._generation is None:
+        generation = self._generation
+        if generation is None:
             return self._in_hole(offset)
-        return self._generation_count() != self._refreshed_generation
+        return bool(_COUNT.unpack_from(generation)[0] != self._refreshed_generation)
 
     def _in_hole(self, offset: int) -> bool:
         try:
