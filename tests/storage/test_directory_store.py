@@ -459,3 +459,12 @@ def test_a_reader_opened_on_an_empty_store_reads_payloads_stored_after_it(tmp_pa
             entry = writer.append("r", "run.start", payload={"x": 1})
         assert reader.entry_at(entry.seq) == entry
         assert reader.get_payload(entry.payload) == {"x": 1}
+
+
+def test_store_json_is_created_with_the_mode_of_the_stores_other_files(tmp_path: Path) -> None:
+    """store.json is written under a name of its own and linked into place (two processes
+    may create one store at once); it still gets the usual mode, as journal.log does."""
+    path = tmp_path / "store"
+    DirectoryStore(path).close()
+    assert (path / "store.json").stat().st_mode & 0o777 == (path / "journal.log").stat().st_mode & 0o777
+    assert not list(path.glob("store.json.*"))  # no temporary name left behind

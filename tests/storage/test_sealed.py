@@ -471,6 +471,27 @@ def test_a_handle_that_knows_segments_notices_newer_ones_without_asking_the_file
     _assert_verifies(store_dir)
 
 
+def test_a_handle_that_listed_newer_segments_before_its_commit_still_catches_up(tmp_path: Path) -> None:
+    """As above, but this handle reads one of the other process's entries first, which
+    makes it list the newer segments (and note the generation count) before its next
+    commit: the commit must still see that its end now lies inside a segment, take in what
+    the other process appended, and never write into the freed blocks."""
+    store_dir = tmp_path / "store"
+    with _open(store_dir) as writer:
+        mine = _append_runs(writer, 30, prefix="mine")
+        acked = _run_sealing_child(store_dir, 30)
+        first_of_child = int(acked[0][1])
+        assert writer.entry_at(first_of_child).hash == acked[0][2]  # lists the segments again
+        after = writer.append("after", "run.start", payload={"after": "the read"}, meta={"status": "running"})
+        assert after.seq == int(acked[-1][1]) + 1
+        _assert_reads_child(writer, acked)
+        _assert_reads_back(writer, mine)
+        assert writer.entry_at(after.seq) == after
+    with DirectoryStore(store_dir, read_only=True) as reader:
+        assert reader.entry_at(after.seq) == after
+    _assert_verifies(store_dir)
+
+
 # -- 8. kill -9 of a writer that seals often ----------------------------------------------------
 def _wait_for_line(out: Path, prefix: str, child: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + _PATIENCE_S

@@ -350,15 +350,21 @@ class DirectoryStore:
         sealed = self._sealed
         try:
             # The usual answer, inlined: free space where this handle's data ends, nobody
-            # wrote since its last commit (read from the file itself; a NUL byte there may
-            # also be a block another process sealed and freed, which the sealed journal
-            # tells without a system call once it has the generation count mapped).
+            # wrote since its last commit. With segments, the byte is read from the file
+            # itself only past the segments this handle knows (a segment known to cover it
+            # means others wrote, and sealed, past it); a NUL byte there may still be a block
+            # a newer seal freed, which the generation count tells without a system call.
+            written = log.written_end if log is not None else 0
             if log is None:
                 self._catch_up_others()
             elif sealed is None:
-                if self._file.pread(1, log.written_end) != _NUL:
+                if self._file.pread(1, written) != _NUL:
                     self._catch_up_others()
-            elif sealed.file.pread(1, log.written_end) != _NUL or sealed.may_be_freed(log.written_end):
+            elif (
+                written < sealed.sealed_end
+                or sealed.file.pread(1, written) != _NUL
+                or sealed.may_be_freed(written)
+            ):
                 self._catch_up_others()
         except BaseException:
             self._unlock()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import threading
 from pathlib import Path
 
 __all__ = ["create_durably", "fsync_dir", "write_durably"]
@@ -36,7 +36,11 @@ def create_durably(path: Path, data: bytes) -> bool:
     own, then linked into place (which fails when another process created it first), so two
     processes creating one file never see it half written or lose one rename. True if this
     call created it."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    # A name of this process and thread (never shared, unlike ``write_durably``'s), created
+    # with the usual mode (0644 less the umask; ``tempfile.mkstemp`` would make it 0600).
+    process = os.getpid()  # tracelock: allow TL-ENV-002 -- names a temporary file, decides nothing
+    temporary = path.with_name(f"{path.name}.{process}.{threading.get_ident()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         try:
             os.write(fd, data)
