@@ -19,8 +19,12 @@ the test reads what was acknowledged before it killed the child:
   durable entries each (never ended), sealing every SEAL_BYTES; prints
   ``ACK <seq> <hash> <run> <payload>`` for each (``SEAL-ERROR <why>`` if a seal failed),
   then ``DONE``.
-* ``sealing-forever STORE SEED SEAL_BYTES``: appends forever, sealing every SEAL_BYTES:
-  runs of eight entries, five of them durable; prints ``ACK <seq> <hash>`` for those.
+* ``sealing-forever STORE SEED SEAL_BYTES [PAUSE_MS]``: appends forever, sealing every
+  SEAL_BYTES: runs of eight entries, five of them durable, then a pause and a read of an
+  entry 40 back; prints ``ACK <seq> <hash>`` for the durable ones.
+* ``reader-forever STORE STOP``: one read-only handle kept open, reading every run it knows
+  of (entries and payloads) until STOP exists; prints ``READ <entries>`` per pass, or
+  ``ERR <code> <message>`` and stops.
 """
 
 from __future__ import annotations
@@ -142,7 +146,9 @@ def sealing(store_path: str, name: str, runs: str, seal_bytes: str) -> None:
     _say("DONE")
 
 
-def sealing_forever(store_path: str, seed: str, seal_bytes: str) -> None:
+def sealing_forever(store_path: str, seed: str, seal_bytes: str, pause_ms: str = "0") -> None:
+    import time
+
     from tracelock.storage.directory import DirectoryStore
 
     store = DirectoryStore(store_path, seal_bytes=int(seal_bytes))
@@ -158,6 +164,33 @@ def sealing_forever(store_path: str, seed: str, seal_bytes: str) -> None:
             _say(f"ACK {entry.seq} {entry.hash}")
         entry = store.append(run, "run.end", payload={"output": run}, meta={"status": "completed"})
         _say(f"ACK {entry.seq} {entry.hash}")
+        # A slow writer falls behind the other one; then a read, as an operator's command
+        # makes between commits, may meet blocks the other sealed and freed meanwhile.
+        time.sleep(int(pause_ms) / 1000)
+        store.entry_at(max(0, entry.seq - 40))
+
+
+def reader_forever(store_path: str, stop: str) -> None:
+    """One read-only handle, kept open while others append and seal: reads every run it
+    knows of, entries and payloads, again and again; prints ``READ <entries>`` per pass, or
+    ``ERR <code> <message>`` and stops."""
+    from tracelock.errors import TracelockError
+    from tracelock.storage.directory import DirectoryStore
+
+    with DirectoryStore(store_path, read_only=True) as store:
+        _say("READY")
+        while not Path(stop).exists():
+            count = 0
+            try:
+                for info in store.runs():
+                    for entry in store.entries(info.run):
+                        if entry.payload is not None:
+                            store.get_payload_bytes(entry.payload)
+                        count += 1
+            except TracelockError as exc:
+                _say(f"ERR {exc.code} {exc.message}")
+                return
+            _say(f"READ {count}")
 
 
 if __name__ == "__main__":
@@ -172,6 +205,8 @@ if __name__ == "__main__":
         torn(*arguments)
     elif command == "service":
         service(*arguments)
+    elif command == "reader-forever":
+        reader_forever(*arguments)
     elif command == "sealing":
         sealing(*arguments)
     elif command == "sealing-forever":
