@@ -29,6 +29,7 @@ from tracelock.storage import sealed
 from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import PayloadRedactedError
+from tracelock.storage.journal_file import data_end
 from tracelock.storage.sealed import (
     FRAME_BYTES,
     SEALED_DIR,
@@ -303,6 +304,49 @@ def test_redacting_a_sealed_payload_rewrites_its_segment(tmp_path: Path) -> None
         report = verify_store(reader, compare_index=True)
     assert report.ok, report.issue
     assert report.redacted == 1
+
+
+def test_a_handle_redacts_a_payload_another_handle_sealed_since_it_looked(tmp_path: Path) -> None:
+    """The redacting handle never seals and opened before any segment existed; another
+    handle seals the payload, whose record lies in the segment's last block (which sealing
+    leaves allocated in journal.log, beside the redacting handle's own last entry). The
+    erase must rewrite the segment, not blank the shadowed copy in journal.log and leave
+    the payload readable."""
+    store_dir = tmp_path / "store"
+    secret_text = "my card is 4111 1111 1111 1111"
+    with _open(store_dir, seal_bytes=None) as redactor, _open(store_dir, seal_bytes=SEAL) as sealer:
+        appended: Appended = [
+            (sealer.append("fill", "run.start", payload={"n": 0}, meta={"status": "running"}), {"n": 0})
+        ]
+        while _journal_end(store_dir) < SEAL - 250:  # small entries: never past SEAL
+            payload = {"n": len(appended)}
+            appended.append((sealer.append("fill", "effect", payload=payload), payload))
+        # The redacting handle (which never seals) carries the journal past SEAL: its data
+        # ends in what will be the segment's last block, which sealing keeps allocated.
+        mine = redactor.append("mine", "run.start", payload={"mine": "m" * 400})
+        assert not _segments(store_dir) and _journal_end(store_dir) > SEAL
+        secret = sealer.append("secret", "run.start", payload={"prompt": secret_text, "pad": "p" * 700})
+        assert secret.payload is not None
+        assert [path.name for path in _segments(store_dir)] == [segment_name(0)]  # the secret's commit sealed
+        assert b"4111 1111" in _segment_bytes(_segments(store_dir)[0])
+        redactor.append(ADMIN_RUN, REDACTION_KIND, meta={"payload": secret.payload, "reason": "PII"})
+        assert redactor.erase_payload(secret.payload)
+        assert not any(b"4111 1111" in _segment_bytes(path) for path in _segments(store_dir))
+        with pytest.raises(PayloadRedactedError):
+            sealer.get_payload(secret.payload)
+        assert redactor.entry_at(mine.seq) == mine
+        _assert_reads_back(sealer, appended)
+    with DirectoryStore(store_dir, read_only=True) as reader, pytest.raises(PayloadRedactedError):
+        reader.get_payload(secret.payload)
+    _assert_verifies(store_dir)
+
+
+def _journal_end(store_dir: Path) -> int:
+    journal = open_journal(store_dir)
+    try:
+        return data_end(journal)
+    finally:
+        journal.close()
 
 
 # -- 6. crash states of sealing -----------------------------------------------------------------

@@ -484,6 +484,12 @@ class SealedJournal:
             raise
 
     def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
+        # Only a redaction writes through here (appends go to the file itself): list the
+        # segments first, so that bytes another process sealed since this handle last
+        # looked are rewritten in their segment, never in the blocks it freed or kept.
+        # (The writer's catch-up under the lock has listed them already whenever anything
+        # was sealed since; this keeps the write right on its own.)
+        self.refresh()
         segment = self._segment_at(offset) if offset < self._top else None
         if segment is None:
             return self.file.pwrite(data, offset, dsync=dsync)
