@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from fingerprint_cases import FixedClock  # noqa: E402
 from generated_files import generator_main  # noqa: E402
 
 from tracelock.evidence.redaction import redact  # noqa: E402
@@ -48,17 +49,6 @@ REDACTED_RUN = "run-sealed-1"
 #: Header of a segment: magic, start, end, frame bytes, frame count, SHA-256 of the journal
 #: bytes (little-endian), as docs/spec.md 3.8 states; used here only to damage one on purpose.
 HEADER = struct.Struct("<8sQQII32s")
-
-
-class FixedClock:
-    """Entry timestamps: 2026-01-01T00:00:00Z, then 11 ms per reading."""
-
-    def __init__(self) -> None:
-        self.now = 1_767_225_600_000
-
-    def __call__(self) -> int:
-        self.now += 11
-        return self.now
 
 
 def _json(value: Any) -> bytes:

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from tests.storage import _pg_payer
 from tests.storage._pg_checks import check_journal
+from tests.storage.storage_helpers import TickClock
 from tests.storage.test_postgres_faults import read_until, start
 from tracelock import Runtime
 from tracelock.cli.main import cli
@@ -25,19 +26,8 @@ from tracelock.storage.postgres import PostgresStore
 from tracelock.storage.postgres.store import HOLD_WINDOW_MS
 
 
-class Clock:
-    """A clock the test moves by hand (ms)."""
-
-    def __init__(self) -> None:
-        self.now = 1_767_225_600_000
-
-    def __call__(self) -> int:
-        self.now += 1
-        return self.now
-
-
 def test_held_entries_commit_with_the_next_append_in_call_order(pg_url: str, tmp_path: Path) -> None:
-    stores: list[Store] = [PostgresStore(pg_url, clock=Clock()), DirectoryStore(tmp_path / "d", clock=Clock())]
+    stores: list[Store] = [PostgresStore(pg_url, clock=TickClock()), DirectoryStore(tmp_path / "d", clock=TickClock())]
     try:
         for store in stores:
             held = [
@@ -63,7 +53,7 @@ def test_held_entries_commit_with_the_next_append_in_call_order(pg_url: str, tmp
 
 
 def test_a_held_entry_waits_no_longer_than_the_window(pg_url: str) -> None:
-    clock = Clock()
+    clock = TickClock()
     with PostgresStore(pg_url, clock=clock) as store:
         store.append_held("r", "run.start", new_run=True)
         clock.now += HOLD_WINDOW_MS - 1  # the next reading is exactly the window later
@@ -77,7 +67,7 @@ def test_a_held_entry_waits_no_longer_than_the_window(pg_url: str) -> None:
 
 
 def test_sync_and_close_commit_what_is_held(pg_url: str) -> None:
-    with PostgresStore(pg_url, clock=Clock()) as store:
+    with PostgresStore(pg_url, clock=TickClock()) as store:
         store.append_held("r", "run.start", new_run=True)
         store.sync()
         assert store.size() == 1
@@ -90,7 +80,7 @@ def test_sync_and_close_commit_what_is_held(pg_url: str) -> None:
 
 
 def test_a_coroutines_append_carries_what_is_held(pg_url: str) -> None:
-    with PostgresStore(pg_url, clock=Clock()) as store:
+    with PostgresStore(pg_url, clock=TickClock()) as store:
         store.append_held("r", "run.start", new_run=True)
 
         async def main() -> list[int]:
@@ -102,7 +92,7 @@ def test_a_coroutines_append_carries_what_is_held(pg_url: str) -> None:
 
 
 def test_a_held_entry_that_fails_fails_the_next_append_of_its_own_run(pg_url: str) -> None:
-    with PostgresStore(pg_url, clock=Clock()) as store:
+    with PostgresStore(pg_url, clock=TickClock()) as store:
         store.append("done", "run.start", new_run=True)
         store.append("done", "run.end")
         store.append_held("done", "effect")  # the run has ended: refused when committed

@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import errno
+import functools
 import hashlib
 import mmap
 import os
@@ -227,22 +228,17 @@ def _punch_hole(fd: int, offset: int, length: int) -> bool:
     return True
 
 
-_LIBC: list[ctypes.CDLL | None] = []
-
-
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
     # Python's os module has posix_fallocate, which cannot punch holes; fallocate(2) is
     # called through ctypes (Linux only: elsewhere sealing keeps the journal's bytes).
-    if not _LIBC:
-        try:
-            libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-            assert libc is not None
-            libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-            libc.fallocate.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            libc = None
-        _LIBC.append(libc)
-    return _LIBC[0]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+        libc.fallocate.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def _contiguous_end(segments: list[Segment]) -> int:
@@ -525,6 +521,7 @@ class SealedJournal:
         ``before_freeing`` runs once the segment is published, before any block is freed
         (the store syncs its synced mark there: docs/spec.md 3.8, step 5)."""
         self.prepare()
+        self.refresh()
         start = self.sealed_end
         if end <= start:
             return None
@@ -576,7 +573,7 @@ class SealedJournal:
             fsync_dir(self._directory.parent)
         if not (self._directory / _GENERATION).exists():
             self._bump_generation()  # created at zero
-        self.refresh()
+            self.refresh()  # notes the count (the handle listed the folder when it opened)
 
     def _publish(self, path: Path, blob: bytes, data: bytes) -> None:
         """Write a segment under a temporary name, sync it, read it back (the same bytes as
