@@ -363,3 +363,136 @@ def test_any_moved_run_span_location_is_reported(
         ),
     )
     assert_reported(copy)
+
+
+# -- payload locations of a run's entries (run_spans.payloads, index schema 3) -----------
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_moved_payload_location_of_a_run_is_reported(
+    varied: Path, tmp_path: Path, data: st.DataObject
+) -> None:
+    copy = tmp_path / "payload-spans"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(varied, copy)
+    rows = query(
+        copy,
+        "SELECT run_id, first_seq, payloads FROM run_spans WHERE length(payloads) > 0 "
+        "ORDER BY run_id, first_seq",
+    )
+    run_id, first_seq, blob = rows[data.draw(st.integers(0, len(rows) - 1))]
+    assert isinstance(blob, bytes)
+    items = list(_LOCATION.iter_unpack(blob))
+    at = data.draw(st.integers(0, len(items) - 1))
+    offset, length = items[at]
+    items[at] = data.draw(
+        st.sampled_from([(offset + 1, length), (offset, length + 1), (0, 0), (offset + 100, length)])
+    )
+    if items[at] == (offset, length):  # (0, 0) drawn for an entry the index has no row for
+        items[at] = (offset + 1, length)
+    packed = b"".join(_LOCATION.pack(*item) for item in items)
+    edit_index(
+        copy,
+        (
+            "UPDATE run_spans SET payloads = ? WHERE run_id = ? AND first_seq = ?",
+            (packed, run_id, first_seq),
+        ),
+    )
+    assert_reported(copy)
+
+
+def _run_spans_payloads(path: Path, run: str) -> bytes:
+    ((blob,),) = query(
+        path,
+        "SELECT s.payloads FROM run_spans s JOIN runs r ON r.id = s.run_id WHERE r.run = ?",
+        (run,),
+    )
+    assert isinstance(blob, bytes)
+    return blob
+
+
+def _set_run_spans_payloads(path: Path, run: str, blob: bytes) -> None:
+    edit_index(
+        path,
+        (
+            "UPDATE run_spans SET payloads = ? WHERE run_id = (SELECT id FROM runs WHERE run = ?)",
+            (blob, run),
+        ),
+    )
+
+
+def _payloads_of(store: DirectoryStore, run: str) -> list[object]:
+    return [store.get_payload(entry.payload) for entry in store.entries(run) if entry.payload]
+
+
+def test_a_run_read_through_swapped_payload_locations_is_reported(tmp_path: Path) -> None:
+    build(tmp_path)
+    with DirectoryStore(tmp_path) as store:
+        honest = _payloads_of(store, "r2")
+    items = list(_LOCATION.iter_unpack(_run_spans_payloads(tmp_path, "r2")))
+    assert len(items) == 4 and len(set(items)) == 4
+    items[1], items[2] = items[2], items[1]  # two effect payloads: same length, other bytes
+    _set_run_spans_payloads(tmp_path, "r2", b"".join(_LOCATION.pack(*item) for item in items))
+    with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
+        _payloads_of(store, "r2")
+    assert "payload" in caught.value.message
+    assert honest[0] == {"input": "r2"}  # the honest read had every payload
+    assert_reported(tmp_path)
+
+
+def test_a_run_with_fewer_payload_locations_than_payloads_is_reported(tmp_path: Path) -> None:
+    build(tmp_path)
+    blob = _run_spans_payloads(tmp_path, "r1")
+    _set_run_spans_payloads(tmp_path, "r1", blob[: -_LOCATION.size])
+    with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
+        store.entries("r1")
+    assert "3 payload locations for run r1, whose entries name 4 payloads" in caught.value.message
+    assert_reported(tmp_path)
+
+
+def test_a_run_reads_each_payload_where_its_first_record_is(tmp_path: Path) -> None:
+    """A payload stored by an earlier run (and an earlier index batch) is located at its
+    first record; an entry without a payload takes no location."""
+    with DirectoryStore(tmp_path, clock=TickClock()) as store:
+        record_run(store, "first", big="shared")
+    with DirectoryStore(tmp_path, clock=TickClock(1_800_000_000_000)) as store:
+        store.append("second", "run.start", meta={"status": "running"})
+        store.append("second", "effect", payload={"tool": "t", "n": 0, "text": "shared"})
+        store.append("second", "run.end", payload={"output": "second"}, meta={"status": "completed"})
+        first = store.entries("first")
+        second = store.entries("second")
+        shared = second[1].payload
+        assert shared == first[1].payload
+        assert _payloads_of(store, "second") == [{"tool": "t", "n": 0, "text": "shared"}, {"output": "second"}]
+    first_spots = list(_LOCATION.iter_unpack(_run_spans_payloads(tmp_path, "first")))
+    second_spots = list(_LOCATION.iter_unpack(_run_spans_payloads(tmp_path, "second")))
+    assert len(second_spots) == 2  # run.start names no payload
+    assert second_spots[0] == first_spots[1]
+    journal = (tmp_path / "journal.log").read_bytes()
+    offset, length = second_spots[0]
+    assert journal[offset : offset + length].startswith(b"=" + str(shared).encode() + b" ")
+    assert journal.count(b"=" + str(shared).encode()) == 1
+    assert verify_store_cli(tmp_path)["exit_code"] == 0
+
+
+def test_an_index_of_schema_2_is_rebuilt_with_payload_locations(tmp_path: Path) -> None:
+    build(tmp_path)
+    edit_index(
+        tmp_path,
+        ("DROP TABLE run_spans", ()),
+        (
+            "CREATE TABLE run_spans (run_id INTEGER NOT NULL, first_seq INTEGER NOT NULL, "
+            "locations BLOB NOT NULL, PRIMARY KEY (run_id, first_seq)) WITHOUT ROWID",
+            (),
+        ),
+        ("UPDATE meta SET value = '2' WHERE key = 'schema'", ()),
+    )
+    with DirectoryStore(tmp_path) as store:
+        assert len(store.entries("r3")) == 4
+        assert store.get_payload(store.entries("r3")[0].payload or "") == {"input": "r3"}
+    assert query(tmp_path, "SELECT value FROM meta WHERE key = 'schema'") == [("3",)]
+    assert len(_run_spans_payloads(tmp_path, "r3")) == 4 * _LOCATION.size
+    assert verify_store_cli(tmp_path)["exit_code"] == 0

@@ -200,7 +200,10 @@ def _with_provenance(store: Store, start: dict[str, Any]) -> dict[str, Any]:
     digest = start.get("provenance")
     if not isinstance(digest, str):
         return start
-    document = store.get_payload(digest) if store.payload_state(digest) == "present" else None
+    try:  # one read: a redacted or missing document is None (a damaged one raises)
+        document = store.get_payload(digest)
+    except (PayloadRedactedError, PayloadMissingError):
+        document = None
     return {**start, "provenance": document}
 
 

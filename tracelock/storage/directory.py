@@ -150,16 +150,15 @@ class _PendingIndex:
 
 
 class _RunPayloads:
-    """The payloads named by the run :meth:`DirectoryStore.entries` read last, located with
-    one index query when the first of them is read: reading a run then costs the same
-    whatever the store's size and whatever the payload cache holds (a cache miss would cost
-    a query and a filter built from every payload of the store)."""
+    """Where the payloads named by the run :meth:`DirectoryStore.entries` read last are
+    stored, as the query that located its entries gave them: reading a run then costs the
+    same whatever the store's size and whatever the payload cache holds (a cache miss
+    would cost a query and a filter built from every payload of the store)."""
 
-    __slots__ = ("digests", "locations")
+    __slots__ = ("locations",)
 
-    def __init__(self, digests: list[bytes]) -> None:
-        self.digests = dict.fromkeys(digests)  # ordered, and O(1) to test
-        self.locations: dict[bytes, tuple[int, int]] | None = None
+    def __init__(self, locations: dict[bytes, tuple[int, int]]) -> None:
+        self.locations = locations
 
 
 class DirectoryStore:
@@ -221,7 +220,7 @@ class DirectoryStore:
         #: True while every payload of the store is in ``_payloads`` (the store had none
         #: when opened, and the cache has not evicted any): a miss there is then an answer.
         self._payloads_complete = False
-        self._run_payloads = _RunPayloads([])
+        self._run_payloads = _RunPayloads({})
         self._tail_fragment: tuple[int, int] | None = None
         self._sealed: SealedJournal | None = None  # ``_file`` when it reads sealed segments
         #: (offset, reason) of the first damaged record a read-only open stopped at.
@@ -1575,14 +1574,23 @@ class DirectoryStore:
     def entries(self, run: str) -> list[Entry]:
         self._prepare_read()
         with self._index_lock:
-            row, locations = self._index.run_row_and_locations(run)
+            row, locations, payload_locations = self._index.run_row_and_locations(run)
         if not locations and row is None:
             raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
         entries = self._read_entries(locations)
         problem = _run_problem(run, row, entries)
+        digests = [bytes.fromhex(entry.payload) for entry in entries if entry.payload]
+        if problem is None and len(digests) != len(payload_locations):
+            problem = (
+                f"it lists {len(payload_locations)} payload locations for run {run}, "
+                f"whose entries name {len(digests)} payloads"
+            )
         if problem is not None:
             raise self._tampered(problem)
-        self._run_payloads = _RunPayloads([bytes.fromhex(entry.payload) for entry in entries if entry.payload])
+        # A location of length 0 is one the index has no row for: looked up as any other.
+        self._run_payloads = _RunPayloads(
+            {digest: spot for digest, spot in zip(digests, payload_locations, strict=True) if spot[1]}
+        )
         return entries
 
     def entry_at(self, seq: int) -> Entry:
@@ -1700,14 +1708,7 @@ class DirectoryStore:
     def _run_payload_record(self, digest: bytes) -> tuple[int, bytes] | None:
         """(offset, record) of a payload of the run read last, checked as one whole record of
         that payload, in one read; None when it is not one of them or the index lacks it."""
-        run_payloads = self._run_payloads
-        if digest not in run_payloads.digests:
-            return None
-        locations = run_payloads.locations
-        if locations is None:
-            with self._index_lock:
-                locations = run_payloads.locations = self._index.payload_locations(list(run_payloads.digests))
-        location = locations.get(digest)
+        location = self._run_payloads.locations.get(digest)
         if location is None:
             return None
         offset, length = location

@@ -7,6 +7,12 @@ per entry, with its secondary-index row, cost about a seventh of a durable appen
 rows per batch cost next to nothing, and both questions ("entry number N", "entries of
 run X") stay one query.
 
+A ``run_spans`` row also packs where the payload of each of its entries that names one is
+stored (the payload's first record, as the ``payloads`` table has it; :data:`UNKNOWN` when
+the index has no row for it). Reading a run (a replay, ``show``) thus needs one query
+whatever the store's size: looking its payloads up by hash cost a second query, one
+B-tree descent per payload, into the largest table of the index.
+
 The index is derived data. It is never fsynced (``synchronous=OFF``) and may be lost or
 stale at any time: it records how far into the journal it reaches (``journal_end``, and
 the hash of the last entry it covers), and the store catches it up from there, or
@@ -35,9 +41,10 @@ from tracelock.core.entry import TERMINAL_KINDS, Entry
 from tracelock.storage.backend import RunInfo
 from tracelock.storage.run_fold import fold_runs
 
-__all__ = ["LOCATION", "RUN_ROW_COLUMNS", "Index", "IndexedPayload", "RunRow", "row_difference"]
+__all__ = ["LOCATION", "RUN_ROW_COLUMNS", "UNKNOWN", "Index", "IndexedPayload", "RunRow", "row_difference"]
 
-_SCHEMA_VERSION = "2"
+#: 3: ``run_spans.payloads``.
+_SCHEMA_VERSION = "3"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,6 +71,7 @@ CREATE TABLE IF NOT EXISTS run_spans (
     run_id INTEGER NOT NULL,
     first_seq INTEGER NOT NULL,
     locations BLOB NOT NULL,
+    payloads BLOB NOT NULL,
     PRIMARY KEY (run_id, first_seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS payloads (
@@ -81,6 +89,9 @@ _BUSY_TIMEOUT_S = 120.0
 
 #: One entry's location in a packed ``locations`` blob: (offset, length), little-endian.
 _LOCATION = LOCATION = struct.Struct("<QI")
+#: The payload location of an entry whose payload the index has no row for (a payload
+#: record is never empty, so no record has length 0).
+UNKNOWN = _LOCATION.pack(0, 0)
 
 _hash_of = operator.itemgetter(0)
 
@@ -215,15 +226,22 @@ class Index:
         self, entries: Sequence[tuple[Entry, int]], payloads: Sequence[IndexedPayload], journal_end: int
     ) -> None:
         db = self._db
+        # Where this batch's payloads are first stored: its own records, unless one of them
+        # repeats a payload stored before (its row is then ignored, and all are looked up).
+        located: dict[bytes, bytes] = {}
         if payloads:
+            before = db.total_changes
             # In key order: hashes are random, and inserting them sorted walks the
             # B-tree's pages once instead of jumping between them (about a third cheaper).
             db.executemany(
                 "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
                 sorted(payloads, key=_hash_of),
             )
+            if db.total_changes - before == len(payloads):
+                pack = _LOCATION.pack
+                located = {digest: pack(offset, length) for digest, offset, length in payloads}
         if entries:
-            self._add_entries(entries)
+            self._add_entries(entries, located)
         meta = {"journal_end": str(journal_end)}
         if entries:
             last = entries[-1][0]
@@ -231,22 +249,35 @@ class Index:
             meta["last_hash"] = last.hash
         self._set_meta(meta)
 
-    def _add_entries(self, entries: Sequence[tuple[Entry, int]]) -> None:
+    def _add_entries(self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, bytes]) -> None:
         first_seq = entries[0][0].seq
         if first_seq != self.entry_count or entries[-1][0].seq != first_seq + len(entries) - 1:
             raise ValueError("index batches must continue the journal's sequence numbers without gaps")
         pack = _LOCATION.pack
         packed = [pack(offset, len(entry.line)) for entry, offset in entries]
         self._db.execute("INSERT INTO seq_blocks (first_seq, locations) VALUES (?, ?)", (first_seq, b"".join(packed)))
-        spans = self._upsert_runs(entries, packed)
-        self._db.executemany("INSERT INTO run_spans (run_id, first_seq, locations) VALUES (?, ?, ?)", spans)
+        spans = self._upsert_runs(entries, packed, self._payload_spots(entries, located))
+        self._db.executemany(
+            "INSERT INTO run_spans (run_id, first_seq, locations, payloads) VALUES (?, ?, ?, ?)", spans
+        )
+
+    def _payload_spots(self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, bytes]) -> list[bytes | None]:
+        """The packed location of each entry's payload (None: it names none), from
+        ``located`` or else the ``payloads`` table (payloads stored before the batch)."""
+        digests = [None if entry.payload is None else bytes.fromhex(entry.payload) for entry, _ in entries]
+        missing = [digest for digest in dict.fromkeys(digests) if digest is not None and digest not in located]
+        if missing:
+            pack = _LOCATION.pack
+            located = dict(located)
+            located.update((digest, pack(*spot)) for digest, spot in self.payload_locations(missing).items())
+        return [None if digest is None else located.get(digest, UNKNOWN) for digest in digests]
 
     def _upsert_runs(
-        self, entries: Sequence[tuple[Entry, int]], packed: list[bytes]
-    ) -> list[tuple[int, int, bytes]]:
+        self, entries: Sequence[tuple[Entry, int]], packed: list[bytes], payloads: list[bytes | None]
+    ) -> list[tuple[int, int, bytes, bytes]]:
         """Fold a batch's entries into one row update per run (two statements per batch,
         not one per entry); returns each run's ``run_spans`` row."""
-        batch = fold_runs([entry for entry, _ in entries], packed)
+        batch = fold_runs([entry for entry, _ in entries], packed, payloads)
         known = self._run_ids(list(batch))
         new_rows = []
         updates = []
@@ -274,7 +305,10 @@ class Index:
                 new_rows,
             )
             known.update(self._run_ids([row[0] for row in new_rows]))
-        return [(known[run], fold.first.seq, b"".join(fold.locations)) for run, fold in batch.items()]
+        return [
+            (known[run], fold.first.seq, b"".join(fold.locations), b"".join(fold.payloads))
+            for run, fold in batch.items()
+        ]
 
     def _run_ids(self, names: list[str]) -> dict[str, int]:
         known: dict[str, int] = {}
@@ -392,16 +426,24 @@ class Index:
         row = self._db.execute(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run = ?", (run,)).fetchone()
         return None if row is None else _run_row(row)
 
-    def run_row_and_locations(self, run: str) -> tuple[tuple[Any, ...] | None, list[tuple[int, int]]]:
-        """:meth:`run_row` and :meth:`entry_locations` of ``run`` in one query (the read
-        path of every run asks for both). The row is as SQLite gives it, not yet typed
-        (:func:`typed_run_row`): a reader that finds it equal to the row its entries give
-        has no need to."""
+    def run_row_and_locations(
+        self, run: str
+    ) -> tuple[tuple[Any, ...] | None, list[tuple[int, int]], list[tuple[int, int]]]:
+        """:meth:`run_row`, :meth:`entry_locations` of ``run`` and the locations of its
+        entries' payloads (one per entry that names one, in order; (0, 0) for one the index
+        has no row for) in one query: the read path of every run asks for all three. The
+        row is as SQLite gives it, not yet typed (:func:`typed_run_row`): a reader that
+        finds it equal to the row its entries give has no need to."""
         rows = self._db.execute(_ROW_AND_SPANS, (run,)).fetchall()
         if not rows:
-            return None, []
+            return None, [], []
         unpack = _LOCATION.iter_unpack
-        return rows[0][:11], [location for row in rows if row[11] is not None for location in unpack(row[11])]
+        spans = [row for row in rows if row[11] is not None]
+        return (
+            rows[0][:11],
+            [location for row in spans for location in unpack(row[11])],
+            [location for row in spans for location in unpack(row[12])],
+        )
 
     def last_block(self) -> tuple[int, bytes] | None:
         """The newest ``seq_blocks`` row: (first seq, packed locations)."""
@@ -437,26 +479,28 @@ class Index:
             for row in self._db.execute(f"SELECT id, {RUN_ROW_COLUMNS} FROM runs WHERE closed = 0")
         }
 
-    def iter_run_locations(self) -> Iterator[tuple[int, bytes]]:
-        """(run row id, packed locations of all its entries), by row id; a ``run_spans``
-        row of no run comes with id -1 - its run id."""
+    def iter_run_locations(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """(run row id, packed locations of all its entries, packed locations of their
+        payloads), by row id; a ``run_spans`` row of no run comes with id -1 - its run id."""
         current: int | None = None
         parts: list[bytes] = []
+        payload_parts: list[bytes] = []
         query = (
-            "SELECT s.run_id, s.locations, r.id IS NULL FROM run_spans s LEFT JOIN runs r ON r.id = s.run_id "
-            "ORDER BY s.run_id, s.first_seq"
+            "SELECT s.run_id, s.locations, s.payloads, r.id IS NULL FROM run_spans s "
+            "LEFT JOIN runs r ON r.id = s.run_id ORDER BY s.run_id, s.first_seq"
         )
-        for run_id, blob, orphan in self._db.execute(query):
+        for run_id, blob, payloads, orphan in self._db.execute(query):
             if orphan:
-                yield -1 - int(run_id), bytes(blob)
+                yield -1 - int(run_id), bytes(blob), bytes(payloads)
                 continue
             if run_id != current:
                 if current is not None:
-                    yield current, b"".join(parts)
-                current, parts = int(run_id), []
+                    yield current, b"".join(parts), b"".join(payload_parts)
+                current, parts, payload_parts = int(run_id), [], []
             parts.append(bytes(blob))
+            payload_parts.append(bytes(payloads))
         if current is not None:
-            yield current, b"".join(parts)
+            yield current, b"".join(parts), b"".join(payload_parts)
 
     def has_payloads(self) -> bool:
         return bool(self._db.execute("SELECT EXISTS (SELECT 1 FROM payloads)").fetchone()[0])
@@ -492,7 +536,7 @@ def _run_row(row: Sequence[Any]) -> RunRow:
 
 _ROW_NAMES = RUN_ROW_COLUMNS.split(", ")
 _ROW_AND_SPANS = (
-    "SELECT " + ", ".join(f"r.{name}" for name in _ROW_NAMES) + ", s.locations FROM runs r "
+    "SELECT " + ", ".join(f"r.{name}" for name in _ROW_NAMES) + ", s.locations, s.payloads FROM runs r "
     "LEFT JOIN run_spans s ON s.run_id = r.id WHERE r.run = ? ORDER BY s.first_seq"
 )
 

@@ -12,9 +12,10 @@ __all__ = ["RunFold", "fold_runs"]
 
 class RunFold:
     """One run's share of a batch: its first and last entry, how many, the last status and
-    the agent its entries state, and (for the directory index) their packed locations."""
+    the agent its entries state, and (for the directory index) their packed locations and
+    those of their payloads."""
 
-    __slots__ = ("agent", "count", "first", "last", "locations", "status")
+    __slots__ = ("agent", "count", "first", "last", "locations", "payloads", "status")
 
     def __init__(self, first: Entry) -> None:
         self.first = first
@@ -23,6 +24,7 @@ class RunFold:
         self.status: str | None = None
         self.agent: str | None = None
         self.locations: list[bytes] = []
+        self.payloads: list[bytes] = []
 
     @property
     def parent(self) -> str | None:
@@ -32,8 +34,13 @@ class RunFold:
         return parent if isinstance(parent, str) else None
 
 
-def fold_runs(entries: Sequence[Entry], locations: Sequence[bytes] | None = None) -> dict[str, RunFold]:
-    """Fold ``entries`` (in append order) per run; ``locations[k]`` belongs to ``entries[k]``."""
+def fold_runs(
+    entries: Sequence[Entry],
+    locations: Sequence[bytes] | None = None,
+    payloads: Sequence[bytes | None] | None = None,
+) -> dict[str, RunFold]:
+    """Fold ``entries`` (in append order) per run; ``locations[k]`` belongs to ``entries[k]``,
+    and so does ``payloads[k]``, the location of its payload (None when it names none)."""
     batch: dict[str, RunFold] = {}
     for k, entry in enumerate(entries):
         fold = batch.get(entry.run)
@@ -43,6 +50,10 @@ def fold_runs(entries: Sequence[Entry], locations: Sequence[bytes] | None = None
         fold.count += 1
         if locations is not None:
             fold.locations.append(locations[k])
+        if payloads is not None:
+            spot = payloads[k]
+            if spot is not None:
+                fold.payloads.append(spot)
         meta = entry.meta
         if meta:
             status = meta.get("status")

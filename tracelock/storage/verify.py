@@ -39,7 +39,7 @@ from tracelock.errors import CanonicalError
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
-from tracelock.storage.index import LOCATION, Index, IndexedPayload, RunRow, row_difference
+from tracelock.storage.index import LOCATION, UNKNOWN, Index, IndexedPayload, RunRow, row_difference
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -312,8 +312,9 @@ def _meta_facts(meta: bytes) -> tuple[str | None, str | None, str | None]:
     )
 
 
-def _spans_digest(run_id: int, packed: bytes) -> int:
-    return int.from_bytes(hashlib.sha256(run_id.to_bytes(8, "little", signed=True) + packed).digest(), "little")
+def _spans_digest(run_id: int, packed: bytes, payloads: bytes) -> int:
+    head = run_id.to_bytes(8, "little", signed=True) + len(packed).to_bytes(8, "little")
+    return int.from_bytes(hashlib.sha256(head + packed + payloads).digest(), "little")
 
 
 class _IndexComparison:
@@ -327,8 +328,11 @@ class _IndexComparison:
     * run rows: closed runs in the order of their last entries, compared as each run ends;
       open runs at the end;
     * each run's entry list (``run_spans``): an order-free sum of a hash of (row id, packed
-      locations) per run, on both sides; when the sums differ, the runs are checked one by
-      one to name one that is wrong.
+      locations, packed locations of the entries' payloads) per run, on both sides. The
+      journal's side takes a payload's location from the record that has its ``payloads``
+      row (the first; kept in a bounded cache), else from that row, which the payload
+      comparison checks against the journal: an entry whose payload has no row is (0, 0)
+      on both sides.
 
     Only what the index covers is compared (it ends where the scan ends, or the comparison
     fails at ``finish``). The first contradiction is kept as (seq, run, what).
@@ -347,8 +351,11 @@ class _IndexComparison:
         self.payload_row: IndexedPayload | None = next(self.payload_rows, None)
         self.closed_rows = index.iter_closed_runs()
         self.closed_row: tuple[Any, ...] | None = next(self.closed_rows, None)
-        # run -> [first seq, count, status, agent, parent, first line, last line, last seq, locations]
+        # run -> [first seq, count, status, agent, parent, first line, last line, last seq,
+        #         locations, payload locations]
         self.runs: dict[bytes, list[Any]] = {}
+        # payload hash (hex bytes) -> packed location of the record that has its row
+        self.payload_spots: dict[bytes, bytes] = {}
         self.spans = 0
         self.metas: dict[bytes, tuple[str | None, str | None, str | None]] = {}
         self.problem: tuple[int, str | None, str] | None = None
@@ -407,7 +414,7 @@ class _IndexComparison:
             hashlib.sha256(line).hexdigest(), 1,
         ):
             self._compare_row(found[1:], self._row(run, summary, 1))
-        self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]))) % self._MODULUS
+        self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]), bytes(summary[9]))) % self._MODULUS
 
     def _compare_row(self, row: RunRow, actual: RunRow) -> None:
         wrong = row_difference(row, actual)
@@ -425,12 +432,27 @@ class _IndexComparison:
             self.payload_row = next(self.payload_rows, None)
             if row[0] != digest or row[2] != length:
                 self.fail(self.next_seq, None, f"it places payload {row[0].decode()} at bytes {row[1]}-{row[1] + row[2]}, which hold the record of payload {digest.decode(errors='replace')} ({length} bytes)")
+            else:
+                self.first_record(digest, offset, length)
             return
         if erased:
             return  # a rebuilt index has no row for an erased record
         earlier = self.index.payload_location(bytes.fromhex(digest.decode()))
         if earlier is None or earlier[0] >= offset:
             self.fail(self.next_seq, None, f"it has no row for payload {digest.decode()} stored at byte {offset}")
+
+    def first_record(self, digest: bytes, offset: int, length: int) -> None:
+        """The record at ``offset`` is the one the ``payloads`` row of ``digest`` names."""
+        spots = self.payload_spots
+        if len(spots) >= _SEEN_CACHE:
+            spots.clear()  # older ones are looked up through the index
+        spots[digest] = LOCATION.pack(offset, length)
+
+    def payload_spot(self, digest: bytes) -> bytes:
+        """The packed location of the record that has the ``payloads`` row of ``digest``
+        (hex bytes), when the cache no longer holds it; :data:`UNKNOWN` without a row."""
+        spot = self.index.payload_location(bytes.fromhex(digest.decode()))
+        return UNKNOWN if spot is None else LOCATION.pack(*spot)
 
     def _drain_locations(self) -> None:
         while self.problem is None:
@@ -482,11 +504,11 @@ class _IndexComparison:
             self._open_runs()
         if self.problem is None:
             stated = 0
-            for run_id, packed in index.iter_run_locations():
+            for run_id, packed, payload_spots in index.iter_run_locations():
                 if run_id < 0:
                     self.fail(self.next_seq, None, f"it lists entry locations of run row {-1 - run_id}, which does not exist")
                     break
-                stated = (stated + _spans_digest(run_id, packed)) % self._MODULUS
+                stated = (stated + _spans_digest(run_id, packed, payload_spots)) % self._MODULUS
             else:
                 if stated != self.spans:
                     self.fail(self.next_seq, None, "the entry lists of its runs (run_spans) differ from the runs' entries in the journal")
@@ -501,7 +523,7 @@ class _IndexComparison:
                 return
             run_id, row = found
             self._compare_row(row, self._row(run, summary, 0))
-            self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]))) % self._MODULUS
+            self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]), bytes(summary[9]))) % self._MODULUS
         if rows:
             name, (_, row) = next(iter(rows.items()))
             self.fail(row[7], name, f"it has an open run row for run {name}, which the journal does not have open")
@@ -575,6 +597,7 @@ class _StoreScan:
         c_limit = 0 if compare is None else compare.limit
         c_metas: dict[bytes, tuple[str | None, str | None, str | None]] = {} if compare is None else compare.metas
         c_payload_rows = iter(()) if compare is None else compare.payload_rows
+        c_spots: dict[bytes, bytes] = {} if compare is None else compare.payload_spots
         pack = LOCATION.pack
         last_line = b""
         # The final line feed is left out so that no empty line follows the last one.
@@ -638,11 +661,16 @@ class _StoreScan:
                         c_locations += location
                         summary = c_runs.get(run)
                         if summary is None:
-                            summary = c_runs[run] = [next_seq, 0, None, None, None, line, line, next_seq, bytearray()]
+                            summary = c_runs[run] = [
+                                next_seq, 0, None, None, None, line, line, next_seq, bytearray(), bytearray()
+                            ]
                         summary[1] += 1
                         summary[6] = line
                         summary[7] = next_seq
                         summary[8] += location
+                        if payload:
+                            spot = c_spots.get(payload)
+                            summary[9] += compare.payload_spot(payload) if spot is None else spot
                         if meta:
                             facts = c_metas.get(meta)
                             if facts is None or i == 0:
@@ -670,6 +698,7 @@ class _StoreScan:
                         row = compare.payload_row
                         if row is not None and row[1] == start and row[0] == digest and row[2] == len(line):
                             compare.payload_row = next(c_payload_rows, None)
+                            compare.first_record(digest, start, len(line))
                         else:
                             compare.payload(digest, start, len(line), False)
                 else:
