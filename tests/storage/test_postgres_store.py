@@ -158,6 +158,46 @@ def test_payloads_are_stored_once_and_redaction_erases_the_bytes(pg_url: str) ->
             store.erase_payload(missing)
 
 
+def test_a_run_s_payloads_are_read_together_on_either_backend(pg_url: str, tmp_path: Path) -> None:
+    """``get_payloads_bytes``: the present ones (each once), none of the redacted or missing
+    ones; a payload whose bytes no longer match its hash fails the read."""
+    stores: list[Store] = [PostgresStore(pg_url, clock=Ticks()), DirectoryStore(tmp_path / "dir", clock=Ticks())]
+    try:
+        for store in stores:
+            kept = store.append("r", "run.start", payload={"kept": 1}).payload
+            gone = store.append("r", "effect", payload={"gone": 2}).payload
+            other = store.append("r", "run.end", payload={"other": 3}).payload
+            assert kept and gone and other
+            store.append("tracelock:admin", "payload.redact", meta={"payload": gone, "reason": "test"})
+            assert store.erase_payload(gone)
+            missing = "0" * 64
+            found = store.get_payloads_bytes([kept, gone, missing, kept, other])
+            assert found == {kept: b'{"kept":1}', other: b'{"other":3}'}
+            assert store.get_payloads_bytes([]) == {}
+        pg, directory = stores
+        pg.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE tracelock_payloads SET data = %s WHERE hash = %s",
+                (b'{"other":4}', bytes.fromhex(other)),
+            )
+        with PostgresStore(pg_url) as reopened, pytest.raises(StoreError, match="does not match its hash"):
+            reopened.get_payloads_bytes([kept, other])
+        directory.close()
+        journal = tmp_path / "dir" / "journal.log"
+        data = journal.read_bytes()
+        at = data.index(b'{"other":3}')
+        journal.write_bytes(data[:at] + b'{"other":4}' + data[at + 11 :])
+        with (
+            DirectoryStore(tmp_path / "dir", read_only=True) as reopened_dir,
+            pytest.raises(StoreError, match="does not match its hash"),
+        ):
+            reopened_dir.get_payloads_bytes([kept, other])
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_reopen_continues_the_journal_and_read_only_refuses_writes(pg_url: str) -> None:
     with PostgresStore(pg_url, clock=Ticks()) as store:
         record(store, "a", effects=1)

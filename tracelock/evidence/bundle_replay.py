@@ -84,6 +84,9 @@ class BundleView:
     def get_payload(self, digest: str) -> Any:
         return self._payloads[digest]
 
+    def get_payloads_bytes(self, digests: Sequence[str]) -> dict[str, bytes]:
+        return {digest: orjson.dumps(self._payloads[digest]) for digest in digests if digest in self._payloads}
+
     def policy_document(self, digest: str) -> Any:
         return self._payloads.get(digest)
 

@@ -33,6 +33,8 @@ import traceback as traceback_module
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.errors import StoreError
 from tracelock.storage.backend import NO_PAYLOAD, Store
@@ -167,9 +169,12 @@ def readable_payload(store: Store, digest: str) -> tuple[str, Any]:
         return state, {"__tracelock__": state, "hash": digest}
 
 
-def _payload(store: Store, entry: Entry, record: RunRecord) -> Any:
+def _payload(store: Store, entry: Entry, record: RunRecord, present: dict[str, bytes]) -> Any:
     if entry.payload is None:
         return None
+    data = present.get(entry.payload)
+    if data is not None:
+        return orjson.loads(data)  # a document of its own per entry, as callers may change it
     state, doc = readable_payload(store, entry.payload)
     if state != "present":
         record.redacted.append(entry.payload)
@@ -211,8 +216,9 @@ def load_run(store: Store, run_id: str) -> RunRecord:
     """Read a run's entries and payloads into a :class:`RunRecord`."""
     entries = store.entries(run_id)
     record = RunRecord(run_id=run_id, start={}, status="created", entries=entries)
+    present = store.get_payloads_bytes([entry.payload for entry in entries if entry.payload is not None])
     for entry in entries:
-        doc = _payload(store, entry, record)
+        doc = _payload(store, entry, record, present)
         status = (entry.meta or {}).get("status")
         if entry.kind not in (START, STATE, END) and isinstance(doc, dict) and "__tracelock__" in doc:
             pass  # a wholly redacted (or missing) payload: nothing to index it by

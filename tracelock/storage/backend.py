@@ -203,6 +203,13 @@ class Store(Protocol):
 
     def get_payload_bytes(self, digest: str) -> bytes: ...
 
+    def get_payloads_bytes(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of those of ``digests`` that are present, in one read where the
+        backend can (a run's payloads, read together): a redacted or missing one is left
+        out (:meth:`get_payload_bytes` says which); a damaged one raises
+        ``JournalCorruptError``."""
+        ...
+
     def payload_state(self, digest: str) -> str:
         """``"present"``, ``"redacted"`` or ``"missing"``."""
         ...

@@ -50,6 +50,7 @@ can only release on that loop).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -1728,6 +1729,19 @@ class DirectoryStore:
 
     def get_payload_bytes(self, digest: str) -> bytes:
         self._prepare_read()
+        return self._payload_bytes(digest)
+
+    def get_payloads_bytes(self, digests: Sequence[str]) -> dict[str, bytes]:
+        self._prepare_read()
+        found: dict[str, bytes] = {}
+        for digest in digests:
+            if digest not in found:
+                with contextlib.suppress(PayloadRedactedError, PayloadMissingError):
+                    found[digest] = self._payload_bytes(digest)
+        return found
+
+    def _payload_bytes(self, digest: str) -> bytes:
+        """:meth:`get_payload_bytes` once the read is prepared."""
         raw = bytes.fromhex(digest)
         # A payload this handle wrote or read lately is located from memory: no query. Only a
         # miss goes to the index, for the whole run at once (the cost of a miss does not

@@ -858,6 +858,23 @@ class PostgresStore:
             )
         return data
 
+    def get_payloads_bytes(self, digests: Sequence[str]) -> dict[str, bytes]:
+        if not digests:
+            return {}
+        rows = self._all(
+            "SELECT hash, data FROM tracelock_payloads WHERE hash = ANY(%s) AND NOT redacted",
+            ([bytes.fromhex(digest) for digest in dict.fromkeys(digests)],),
+        )
+        found: dict[str, bytes] = {}
+        for raw, value in rows:
+            digest, data = bytes(raw).hex(), bytes(value)
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise JournalCorruptError(
+                    f"payload {digest} in {self._shown} does not match its hash", details={"payload": digest}
+                )
+            found[digest] = data
+        return found
+
     def get_payload(self, digest: str) -> Any:
         return orjson.loads(self.get_payload_bytes(digest))
 
