@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -672,13 +673,18 @@ def test_no_segments_when_sealing_is_disabled(tmp_path: Path) -> None:
 
 
 # -- 10. a seal that fails ----------------------------------------------------------------------
-def test_a_failing_seal_is_kept_aside_and_the_append_succeeds(tmp_path: Path) -> None:
+def test_a_failing_seal_is_kept_aside_and_the_append_succeeds(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store_dir = tmp_path / "store"
-    with _open(store_dir) as store:
+    with _open(store_dir) as store, caplog.at_level(logging.WARNING, logger="tracelock.storage"):
         shutil.rmtree(store_dir / SEALED_DIR)  # made, empty, by the writer's open
         (store_dir / SEALED_DIR).write_bytes(b"not a folder")
         appended = _append_runs(store, 40)
         assert store.seal_error is not None
+        # Said where an operator looks, once per attempt: the seal is retried each seal_bytes.
+        warnings = [record for record in caplog.records if record.name == "tracelock.storage"]
+        assert warnings and all(record.levelno == logging.WARNING for record in warnings)
+        assert str(store_dir) in warnings[0].getMessage() and store.seal_error in warnings[-1].getMessage()
+        assert "nothing is lost" in warnings[0].getMessage()
         last = store.append("last", "run.start", payload={"still": "works"})
         assert store.seal_error is not None
         assert store.entry_at(last.seq) == last

@@ -290,6 +290,66 @@ def store_copy_command(source: str, destination: str, as_json: bool) -> None:
         sys.exit(EXIT_CHECK_FAILED)
 
 
+@store_group.command("info")
+@store_option
+@json_option
+@reports_errors
+def store_info_command(store_path: Path, as_json: bool) -> None:
+    """How many runs and entries the store holds, and what it takes on disk by part (per
+    run too). For a directory store: its format and index versions, and how much of the
+    journal is sealed into compressed segments (docs/spec.md 3.8)."""
+    with open_for_reading(store_path) as store:
+        footprint = store.footprint()
+        document = {"store": store.location, "backend": _backend_name(store), **footprint.to_dict()}
+    emit(as_json, document, lambda: _info_text(document))
+
+
+def _backend_name(store: Store) -> str:
+    return "postgresql" if isinstance(store, PostgresStore) else "directory"
+
+
+def _size(count: int) -> str:
+    """Bytes for people: 512 B, 1.3 KiB, 4.0 MiB, 2.1 GiB."""
+    if count < 1024:
+        return f"{count} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        count_in = count / 1024
+        if count_in < 1024 or unit == "GiB":
+            return f"{count_in:.1f} {unit}"
+        count = int(count_in)
+    raise AssertionError("unreachable")
+
+
+def _info_text(document: dict[str, Any]) -> str:
+    sizes = document["bytes"]
+    parts = ", ".join(f"{name} {_size(size)}" for name, size in sizes.items() if name != "total" and size)
+    if document["backend"] == "directory":
+        versions = f"store format {document['format_version']}, index schema {document['index_schema']}"
+    else:
+        versions = f"schema {document['schema_version']}"
+    lines = [
+        f"store {document['store']} ({document['backend']}, {versions})",
+        f"runs: {document['runs']:,} ({document['open_runs']:,} open); entries: {document['entries']:,}",
+        f"on disk: {_size(sizes['total'])}" + (f": {parts}" if parts else ""),
+    ]
+    if document["bytes_per_run"] is not None:
+        lines.append(f"per run: {_size(document['bytes_per_run'])}")
+    if document["backend"] == "directory":
+        segments = document["segment_files"]
+        lines.append(
+            f"journal: {document['journal_bytes']:,} bytes, of which {document['sealed_end']:,} sealed in "
+            f"{segments} segment{'' if segments == 1 else 's'} and {document['unsealed_bytes']:,} not yet"
+        )
+        every = document["seal_every_bytes"]
+        if every and document["unsealed_bytes"] > 2 * every:
+            lines.append(
+                f"note: more than twice {_size(every)} of durable journal lie past the last segment. A writer "
+                "seals them on its next commits; if this persists, sealing fails (the writer logs why, "
+                "as a warning of the tracelock.storage logger). Nothing is lost meanwhile."
+            )
+    return "\n".join(lines)
+
+
 def _copy(
     src: Store, dst: Store, clock: ReplayClock, source_queue: QueueBackend | None, rows: list[QueueRow] | None
 ) -> CopyReport:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracelock.core.entry import Entry
 
-__all__ = ["NO_PAYLOAD", "NewEntry", "RedactedPayload", "Repair", "RunInfo", "Store"]
+__all__ = ["NO_PAYLOAD", "NewEntry", "RedactedPayload", "Repair", "RunInfo", "Store", "StoreFootprint"]
 
 
 class _NoPayload:
@@ -54,6 +54,30 @@ class NewEntry(NamedTuple):
     #: The caller guarantees this is the run's first entry (a fresh run id): the backend
     #: may skip looking the run up. An id that does exist is then a caller bug.
     new_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFootprint:
+    """What a store holds and what it takes on disk (``tracelock store info``)."""
+
+    runs: int  # the admin chain not counted
+    open_runs: int
+    entries: int
+    #: Bytes by part of the store (the backend names its parts), and ``total``.
+    bytes: dict[str, int]
+    #: What else the backend tells of itself (format and schema versions, segments, ...).
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        per_run = self.bytes["total"] / self.runs if self.runs else None
+        return {
+            "runs": self.runs,
+            "open_runs": self.open_runs,
+            "entries": self.entries,
+            "bytes": dict(self.bytes),
+            "bytes_per_run": None if per_run is None else round(per_run),
+            **self.details,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +236,10 @@ class Store(Protocol):
 
     def payload_state(self, digest: str) -> str:
         """``"present"``, ``"redacted"`` or ``"missing"``."""
+        ...
+
+    def footprint(self) -> StoreFootprint:
+        """How many runs and entries the store holds and the bytes it takes, by part."""
         ...
 
     # -- the Merkle tree over every entry, in seq order (RFC 9162) -----------------------

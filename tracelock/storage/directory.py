@@ -54,6 +54,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -76,8 +77,16 @@ from tracelock.core.entry import (
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
-from tracelock.storage.backend import NO_PAYLOAD, NewEntry, RedactedPayload, Repair, RunInfo
+from tracelock.storage.backend import (
+    NO_PAYLOAD,
+    NewEntry,
+    RedactedPayload,
+    Repair,
+    RunInfo,
+    StoreFootprint,
+)
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
+from tracelock.storage.disk_usage import store_parts
 from tracelock.storage.errors import (
     IndexTamperedError,
     JournalCorruptError,
@@ -95,6 +104,7 @@ from tracelock.storage.fileio import OS_FILES, FileIO
 from tracelock.storage.files import create_durably, fsync_dir, write_durably
 from tracelock.storage.index import (
     LOCATION,
+    SCHEMA_VERSION,
     Index,
     IndexedPayload,
     RunRow,
@@ -117,6 +127,8 @@ from tracelock.storage.seen import PayloadFilter
 from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
+
+_log = logging.getLogger("tracelock.storage")
 
 STORE_FORMAT = "tracelock-store"
 #: Version 2 may hold sealed segments (``sealed/``, docs/spec.md 3.8); version 1 never does,
@@ -411,6 +423,13 @@ class DirectoryStore:
         except Exception as exc:  # any failure: the appends it follows are durable already
             self.seal_error = f"{type(exc).__name__}: {exc}"
             self._seal_at = log.durable_end + every
+            # Nothing is lost (every byte stays in journal.log), but the store stops
+            # shrinking: said where an operator looks, once per attempt (one per seal_bytes).
+            _log.warning(
+                "sealing the journal of the store at %s failed; nothing is lost, the journal "
+                "stays uncompressed, and the seal is tried again after %d more bytes: %s",
+                self._path, every, self.seal_error,
+            )
         else:
             # A backlog longer than one segment (a store written before segments) is sealed
             # on the next commits, one segment each.
@@ -1668,6 +1687,25 @@ class DirectoryStore:
                 f"entry at byte {record.offset} is damaged: {exc.message}",
                 details={"offset": record.offset},
             ) from None
+
+    def footprint(self) -> StoreFootprint:
+        self._prepare_read()
+        with self._index_lock:
+            runs, open_runs = self._index.run_counts(exclude=ADMIN_RUN)
+            entries = self._index.entry_count
+            data_end = self._index.journal_end
+        parts, segments = store_parts(self._path)
+        sealed_end = self._sealed.sealed_end if self._sealed is not None else 0
+        details = {
+            "format_version": self._format_version,
+            "index_schema": int(SCHEMA_VERSION),
+            "journal_bytes": data_end,
+            "segment_files": segments,
+            "sealed_end": sealed_end,
+            "unsealed_bytes": max(0, data_end - sealed_end),
+            "seal_every_bytes": self._seal_bytes,
+        }
+        return StoreFootprint(runs, open_runs, entries, parts, details)
 
     def payload_state(self, digest: str) -> str:
         self._prepare_read()

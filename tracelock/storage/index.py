@@ -41,10 +41,19 @@ from tracelock.core.entry import TERMINAL_KINDS, Entry
 from tracelock.storage.backend import RunInfo
 from tracelock.storage.run_fold import fold_runs
 
-__all__ = ["LOCATION", "RUN_ROW_COLUMNS", "UNKNOWN", "Index", "IndexedPayload", "RunRow", "row_difference"]
+__all__ = [
+    "LOCATION",
+    "RUN_ROW_COLUMNS",
+    "SCHEMA_VERSION",
+    "UNKNOWN",
+    "Index",
+    "IndexedPayload",
+    "RunRow",
+    "row_difference",
+]
 
 #: 3: ``run_spans.payloads``.
-_SCHEMA_VERSION = "3"
+_SCHEMA_VERSION = SCHEMA_VERSION = "3"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -421,6 +430,13 @@ class Index:
             for digest, offset, length in self._db.execute(query, chunk):
                 found[bytes(digest)] = (int(offset), int(length))
         return found
+
+    def run_counts(self, *, exclude: str) -> tuple[int, int]:
+        """(runs, open runs), ``exclude`` (the admin chain) not counted."""
+        row = self._db.execute(
+            "SELECT count(*), coalesce(sum(closed = 0), 0) FROM runs WHERE run != ?", (exclude,)
+        ).fetchone()
+        return int(row[0]), int(row[1])
 
     def run_row(self, run: str) -> RunRow | None:
         row = self._db.execute(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run = ?", (run,)).fetchone()

@@ -38,7 +38,14 @@ from tracelock.core.entry import (
 )
 from tracelock.core.merkle import leaf_hash
 from tracelock.errors import TracelockError
-from tracelock.storage.backend import NO_PAYLOAD, NewEntry, RedactedPayload, Repair, RunInfo
+from tracelock.storage.backend import (
+    NO_PAYLOAD,
+    NewEntry,
+    RedactedPayload,
+    Repair,
+    RunInfo,
+    StoreFootprint,
+)
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.errors import (
     DurabilityError,
@@ -56,7 +63,7 @@ from tracelock.storage.errors import (
 from tracelock.storage.postgres.group_commit import CommitQueue, Request
 from tracelock.storage.postgres.location import redact_location, scrub
 from tracelock.storage.postgres.merkle import PostgresMerkle
-from tracelock.storage.postgres.schema import prepare_schema
+from tracelock.storage.postgres.schema import SCHEMA_VERSION, prepare_schema
 from tracelock.storage.queue_backend import AppendGuard
 from tracelock.storage.run_fold import fold_runs
 
@@ -65,6 +72,14 @@ if TYPE_CHECKING:
     import psycopg_pool
 
 __all__ = ["PostgresStore"]
+
+#: The part of ``tracelock store info`` each of the store's tables counts in.
+_TABLE_PARTS = {
+    "tracelock_entries": "entries",
+    "tracelock_runs": "runs",
+    "tracelock_payloads": "payloads",
+    "tracelock_merkle_nodes": "merkle",
+}
 
 _T = TypeVar("_T")
 _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
@@ -760,6 +775,25 @@ class PostgresStore:
     def size(self) -> int:
         row = self._one("SELECT next_seq FROM tracelock_head WHERE id = 1")
         return 0 if row is None else int(row[0])
+
+    def footprint(self) -> StoreFootprint:
+        counts = self._one(
+            "SELECT count(*), count(*) FILTER (WHERE NOT closed) FROM tracelock_runs WHERE run != %s",
+            (ADMIN_RUN,),
+        )
+        assert counts is not None
+        tables = self._all(
+            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind = 'r' AND c.relname LIKE 'tracelock\\_%%' AND n.nspname = current_schema()"
+        )
+        parts = dict.fromkeys(("entries", "runs", "payloads", "merkle", "queue", "other"), 0)
+        for name, size in tables:
+            part = _TABLE_PARTS.get(str(name), "queue" if str(name).startswith("tracelock_queue") else "other")
+            parts[part] += int(size)
+        parts["total"] = sum(parts.values())
+        details = {"schema_version": SCHEMA_VERSION, "tables": {str(name): int(size) for name, size in sorted(tables)}}
+        return StoreFootprint(int(counts[0]), int(counts[1]), self.size(), parts, details)
 
     def runs(
         self,
