@@ -365,116 +365,144 @@ def test_any_moved_run_span_location_is_reported(
     assert_reported(copy)
 
 
-# -- payload locations of a run's entries (run_spans.payloads, index schema 3) -----------
+# -- payload locations of a run's entries (run_spans.payloads, index schema 4) -----------
+#
+# Decoded here on their own: per entry of a row a little-endian u32 (0: no payload; 1: the
+# next (offset, length) after the codes; 2: no row for the payload; n >= 3: a record of
+# n - 3 bytes that ends right before the entry), then the locations of the code-1 entries.
+
+_CODE = struct.Struct("<I")
+
+
+def _spans_row(path: Path, run: str) -> tuple[int, int, bytes, bytes]:
+    ((run_id, first_seq, locations, payloads),) = query(
+        path,
+        "SELECT s.run_id, s.first_seq, s.locations, s.payloads FROM run_spans s "
+        "JOIN runs r ON r.id = s.run_id WHERE r.run = ?",
+        (run,),
+    )
+    assert isinstance(run_id, int) and isinstance(first_seq, int)
+    assert isinstance(locations, bytes) and isinstance(payloads, bytes)
+    return run_id, first_seq, locations, payloads
+
+
+def _codes(locations: bytes, payloads: bytes) -> tuple[list[int], list[tuple[int, int]]]:
+    count = len(locations) // _LOCATION.size
+    codes = [code for (code,) in _CODE.iter_unpack(payloads[: 4 * count])]
+    return codes, list(_LOCATION.iter_unpack(payloads[4 * count :]))
+
+
+def _set_payloads(path: Path, run_id: int, first_seq: int, codes: list[int], far: list[tuple[int, int]]) -> None:
+    blob = b"".join(_CODE.pack(code) for code in codes) + b"".join(_LOCATION.pack(*item) for item in far)
+    edit_index(
+        path,
+        ("UPDATE run_spans SET payloads = ? WHERE run_id = ? AND first_seq = ?", (blob, run_id, first_seq)),
+    )
 
 
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
-def test_any_moved_payload_location_of_a_run_is_reported(
+def test_any_changed_payload_location_of_a_run_is_reported(
     varied: Path, tmp_path: Path, data: st.DataObject
 ) -> None:
     copy = tmp_path / "payload-spans"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(varied, copy)
-    rows = query(
-        copy,
-        "SELECT run_id, first_seq, payloads FROM run_spans WHERE length(payloads) > 0 "
-        "ORDER BY run_id, first_seq",
-    )
-    run_id, first_seq, blob = rows[data.draw(st.integers(0, len(rows) - 1))]
-    assert isinstance(blob, bytes)
-    items = list(_LOCATION.iter_unpack(blob))
-    at = data.draw(st.integers(0, len(items) - 1))
-    offset, length = items[at]
-    items[at] = data.draw(
-        st.sampled_from([(offset + 1, length), (offset, length + 1), (0, 0), (offset + 100, length)])
-    )
-    if items[at] == (offset, length):  # (0, 0) drawn for an entry the index has no row for
-        items[at] = (offset + 1, length)
-    packed = b"".join(_LOCATION.pack(*item) for item in items)
-    edit_index(
-        copy,
-        (
-            "UPDATE run_spans SET payloads = ? WHERE run_id = ? AND first_seq = ?",
-            (packed, run_id, first_seq),
-        ),
-    )
+    rows = query(copy, "SELECT run_id, first_seq, locations, payloads FROM run_spans ORDER BY run_id, first_seq")
+    run_id, first_seq, locations, payloads = rows[data.draw(st.integers(0, len(rows) - 1))]
+    assert isinstance(run_id, int) and isinstance(first_seq, int)
+    assert isinstance(locations, bytes) and isinstance(payloads, bytes)
+    codes, far = _codes(locations, payloads)
+    at = data.draw(st.integers(0, len(codes) - 1))
+    code = codes[at]
+    if code >= 3:  # a record written with the entry: one byte longer, or said to be elsewhere
+        change = data.draw(st.sampled_from(["longer", "far", "no row", "none"]))
+        if change == "longer":
+            codes[at] = code + 1
+        elif change == "far":
+            entry_offset = _LOCATION.unpack_from(locations, at * _LOCATION.size)[0]
+            codes[at] = 1
+            # One byte past where the record starts.
+            far.insert(sum(1 for c in codes[:at] if c == 1), (entry_offset - (code - 3), code - 3))
+        else:
+            codes[at] = 2 if change == "no row" else 0
+    elif code == 0:
+        codes[at] = data.draw(st.sampled_from([2, 3 + 10]))
+    else:
+        codes[at] = 0
+    _set_payloads(copy, run_id, first_seq, codes, far)
     assert_reported(copy)
-
-
-def _run_spans_payloads(path: Path, run: str) -> bytes:
-    ((blob,),) = query(
-        path,
-        "SELECT s.payloads FROM run_spans s JOIN runs r ON r.id = s.run_id WHERE r.run = ?",
-        (run,),
-    )
-    assert isinstance(blob, bytes)
-    return blob
-
-
-def _set_run_spans_payloads(path: Path, run: str, blob: bytes) -> None:
-    edit_index(
-        path,
-        (
-            "UPDATE run_spans SET payloads = ? WHERE run_id = (SELECT id FROM runs WHERE run = ?)",
-            (blob, run),
-        ),
-    )
 
 
 def _payloads_of(store: DirectoryStore, run: str) -> list[object]:
     return [store.get_payload(entry.payload) for entry in store.entries(run) if entry.payload]
 
 
-def test_a_run_read_through_swapped_payload_locations_is_reported(tmp_path: Path) -> None:
+def test_a_run_read_through_a_wrong_payload_location_is_reported(tmp_path: Path) -> None:
     build(tmp_path)
     with DirectoryStore(tmp_path) as store:
-        honest = _payloads_of(store, "r2")
-    items = list(_LOCATION.iter_unpack(_run_spans_payloads(tmp_path, "r2")))
-    assert len(items) == 4 and len(set(items)) == 4
-    items[1], items[2] = items[2], items[1]  # two effect payloads: same length, other bytes
-    _set_run_spans_payloads(tmp_path, "r2", b"".join(_LOCATION.pack(*item) for item in items))
+        honest = _payloads_of(store, "r0")
+    run_id, first_seq, locations, payloads = _spans_row(tmp_path, "r0")
+    codes, far = _codes(locations, payloads)
+    assert far == [] and all(code >= 3 for code in codes)  # the first run: each written with its entry
+    # The second effect's payload said to be the first's record: same length, other bytes.
+    first_effect = _LOCATION.unpack_from(locations, 1 * _LOCATION.size)[0]
+    codes[2], far = 1, [(first_effect - (codes[1] - 3) - 1, codes[1] - 3)]
+    _set_payloads(tmp_path, run_id, first_seq, codes, far)
     with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
-        _payloads_of(store, "r2")
+        _payloads_of(store, "r0")
     assert "payload" in caught.value.message
-    assert honest[0] == {"input": "r2"}  # the honest read had every payload
+    assert honest[0] == {"input": "r0"}  # the honest read had every payload
     assert_reported(tmp_path)
 
 
-def test_a_run_with_fewer_payload_locations_than_payloads_is_reported(tmp_path: Path) -> None:
+def test_payload_locations_that_do_not_fit_the_entries_are_reported(tmp_path: Path) -> None:
     build(tmp_path)
-    blob = _run_spans_payloads(tmp_path, "r1")
-    _set_run_spans_payloads(tmp_path, "r1", blob[: -_LOCATION.size])
+    run_id, first_seq, locations, payloads = _spans_row(tmp_path, "r1")
+    edit_index(
+        tmp_path,
+        (
+            "UPDATE run_spans SET payloads = ? WHERE run_id = ? AND first_seq = ?",
+            (payloads[:-4], run_id, first_seq),
+        ),
+    )
     with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
         store.entries("r1")
-    assert "3 payload locations for run r1, whose entries name 4 payloads" in caught.value.message
+    assert "payload locations for run r1 do not fit the run's entries" in caught.value.message
     assert_reported(tmp_path)
+    codes, far = _codes(locations, payloads)
+    codes[0] = 0  # run.start said to name no payload
+    _set_payloads(tmp_path, run_id, first_seq, codes, far)
+    with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
+        store.entries("r1")
+    assert "names no payload, which the entry does" in caught.value.message
 
 
 def test_a_run_reads_each_payload_where_its_first_record_is(tmp_path: Path) -> None:
     """A payload stored by an earlier run (and an earlier index batch) is located at its
-    first record; an entry without a payload takes no location."""
+    first record; an entry without a payload has the code 0."""
     with DirectoryStore(tmp_path, clock=TickClock()) as store:
         record_run(store, "first", big="shared")
     with DirectoryStore(tmp_path, clock=TickClock(1_800_000_000_000)) as store:
         store.append("second", "run.start", meta={"status": "running"})
         store.append("second", "effect", payload={"tool": "t", "n": 0, "text": "shared"})
         store.append("second", "run.end", payload={"output": "second"}, meta={"status": "completed"})
-        first = store.entries("first")
-        second = store.entries("second")
-        shared = second[1].payload
-        assert shared == first[1].payload
+        shared = store.entries("second")[1].payload
+        assert shared == store.entries("first")[1].payload
         assert _payloads_of(store, "second") == [{"tool": "t", "n": 0, "text": "shared"}, {"output": "second"}]
-    first_spots = list(_LOCATION.iter_unpack(_run_spans_payloads(tmp_path, "first")))
-    second_spots = list(_LOCATION.iter_unpack(_run_spans_payloads(tmp_path, "second")))
-    assert len(second_spots) == 2  # run.start names no payload
-    assert second_spots[0] == first_spots[1]
     journal = (tmp_path / "journal.log").read_bytes()
-    offset, length = second_spots[0]
-    assert journal[offset : offset + length].startswith(b"=" + str(shared).encode() + b" ")
-    assert journal.count(b"=" + str(shared).encode()) == 1
+    record = b"=" + str(shared).encode() + b" "
+    assert journal.count(record) == 1
+    first_record = journal.index(record)
+    length = journal.index(b"\n", first_record) - first_record
+    _, _, locations, payloads = _spans_row(tmp_path, "second")
+    codes, far = _codes(locations, payloads)
+    end_offset, _ = _LOCATION.unpack_from(locations, 2 * _LOCATION.size)
+    end_record = journal.rindex(b"\n=", 0, end_offset - 1) + 1
+    assert codes == [0, 1, end_offset - 1 - end_record + 3]
+    assert far == [(first_record, length)]
     assert verify_store_cli(tmp_path)["exit_code"] == 0
 
 
@@ -493,6 +521,14 @@ def test_an_index_of_schema_2_is_rebuilt_with_payload_locations(tmp_path: Path) 
     with DirectoryStore(tmp_path) as store:
         assert len(store.entries("r3")) == 4
         assert store.get_payload(store.entries("r3")[0].payload or "") == {"input": "r3"}
-    assert query(tmp_path, "SELECT value FROM meta WHERE key = 'schema'") == [("3",)]
-    assert len(_run_spans_payloads(tmp_path, "r3")) == 4 * _LOCATION.size
+    assert query(tmp_path, "SELECT value FROM meta WHERE key = 'schema'") == [("4",)]
+    _, _, locations, payloads = _spans_row(tmp_path, "r3")
+    codes, far = _codes(locations, payloads)
+    # Its start and end written with it; its two effects repeat the first run's payloads.
+    assert codes[0] >= 3 and codes[3] >= 3 and codes[1:3] == [1, 1]
+    _, _, first_locations, _ = _spans_row(tmp_path, "r0")
+    first_effects = [_LOCATION.unpack_from(first_locations, n * _LOCATION.size)[0] for n in (1, 2)]
+    journal = (tmp_path / "journal.log").read_bytes()
+    assert [journal[offset + length + 1 :].startswith(b"{") for offset, length in far] == [True, True]
+    assert [offset + length + 1 for offset, length in far] == first_effects
     assert verify_store_cli(tmp_path)["exit_code"] == 0

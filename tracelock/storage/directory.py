@@ -1594,22 +1594,21 @@ class DirectoryStore:
     def entries(self, run: str) -> list[Entry]:
         self._prepare_read()
         with self._index_lock:
-            row, locations, payload_locations = self._index.run_row_and_locations(run)
+            row, locations, spots = self._index.run_row_and_locations(run)
         if not locations and row is None:
             raise RunNotFoundError(f"no run {run!r} in the store at {self._path}")
         entries = self._read_entries(locations)
-        problem = _run_problem(run, row, entries)
-        digests = [bytes.fromhex(entry.payload) for entry in entries if entry.payload]
-        if problem is None and len(digests) != len(payload_locations):
-            problem = (
-                f"it lists {len(payload_locations)} payload locations for run {run}, "
-                f"whose entries name {len(digests)} payloads"
-            )
+        problem = _run_problem(run, row, entries) or _payloads_problem(run, entries, spots)
         if problem is not None:
             raise self._tampered(problem)
+        assert spots is not None  # _payloads_problem checked it
         # A location of length 0 is one the index has no row for: looked up as any other.
         self._run_payloads = _RunPayloads(
-            {digest: spot for digest, spot in zip(digests, payload_locations, strict=True) if spot[1]}
+            {
+                bytes.fromhex(entry.payload): spot
+                for entry, spot in zip(entries, spots, strict=True)
+                if entry.payload and spot and spot[1]
+            }
         )
         return entries
 
@@ -1884,6 +1883,19 @@ def _misplaced_payload(digest: bytes, offset: int, length: int) -> str:
 
 def _end_of(item: tuple[int, Any]) -> int:
     return item[0]
+
+
+def _payloads_problem(run: str, entries: list[Entry], spots: list[tuple[int, int] | None] | None) -> str | None:
+    """What the payload locations the index gives for a run's entries contradict."""
+    if spots is None or len(spots) != len(entries):
+        return f"its payload locations for run {run} do not fit the run's entries"
+    for entry, spot in zip(entries, spots, strict=True):
+        if (entry.payload is None) != (spot is None):
+            return (
+                f"it says entry {entry.seq} (run {run}) names {'no' if spot is None else 'a'} payload, "
+                f"which the entry {'does' if spot is None else 'does not'}"
+            )
+    return None
 
 
 def _run_problem(run: str, row: tuple[Any, ...] | None, entries: list[Entry]) -> str | None:

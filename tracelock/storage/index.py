@@ -7,11 +7,12 @@ per entry, with its secondary-index row, cost about a seventh of a durable appen
 rows per batch cost next to nothing, and both questions ("entry number N", "entries of
 run X") stay one query.
 
-A ``run_spans`` row also packs where the payload of each of its entries that names one is
-stored (the payload's first record, as the ``payloads`` table has it; :data:`UNKNOWN` when
-the index has no row for it). Reading a run (a replay, ``show``) thus needs one query
-whatever the store's size: looking its payloads up by hash cost a second query, one
-B-tree descent per payload, into the largest table of the index.
+A ``run_spans`` row also tells where the payload of each of its entries is stored (the
+payload's first record, as the ``payloads`` table has it), in 4 bytes per entry when the
+record was written right before the entry, as it usually is (:func:`payload_code`).
+Reading a run (a replay, ``show``) thus needs one query whatever the store's size: looking
+its payloads up by hash cost a second query, one B-tree descent per payload, into the
+largest table of the index.
 
 The index is derived data. It is never fsynced (``synchronous=OFF``) and may be lost or
 stale at any time: it records how far into the journal it reaches (``journal_end``, and
@@ -45,15 +46,17 @@ __all__ = [
     "LOCATION",
     "RUN_ROW_COLUMNS",
     "SCHEMA_VERSION",
-    "UNKNOWN",
     "Index",
     "IndexedPayload",
     "RunRow",
+    "payload_code",
+    "payload_spots",
     "row_difference",
 ]
 
-#: 3: ``run_spans.payloads``.
-_SCHEMA_VERSION = SCHEMA_VERSION = "3"
+#: 3: ``run_spans.payloads`` as an (offset, length) per entry with a payload; 4: as codes
+#: (:func:`payload_code`).
+_SCHEMA_VERSION = SCHEMA_VERSION = "4"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -98,9 +101,56 @@ _BUSY_TIMEOUT_S = 120.0
 
 #: One entry's location in a packed ``locations`` blob: (offset, length), little-endian.
 _LOCATION = LOCATION = struct.Struct("<QI")
-#: The payload location of an entry whose payload the index has no row for (a payload
-#: record is never empty, so no record has length 0).
-UNKNOWN = _LOCATION.pack(0, 0)
+
+# ``run_spans.payloads``: one code per entry of the row, in order (a little-endian u32),
+# then an (offset, length) for each entry of code _FAR. A payload record is never empty, so
+# the location (0, 0) stands for "the index has no row for this payload".
+_CODE = struct.Struct("<I")
+_NONE, _FAR, _UNKNOWN, _ADJACENT = 0, 1, 2, 3
+_NO_PAYLOAD = _CODE.pack(_NONE)
+
+
+def payload_code(entry_offset: int, spot: tuple[int, int] | None) -> tuple[bytes, bytes]:
+    """The code of the entry at ``entry_offset`` whose payload record is at ``spot`` (None:
+    the entry names no payload; (0, 0): the index has no row for it), and the bytes it adds
+    after the codes. A record of length n that ends right before the entry (written with
+    it) is the code n + 3; any other location is the code 1 and the location after them."""
+    if spot is None:
+        return _NO_PAYLOAD, b""
+    offset, length = spot
+    if not length:
+        return _CODE.pack(_UNKNOWN), b""
+    if offset + length + 1 == entry_offset and length <= 0xFFFFFFFF - _ADJACENT:
+        return _CODE.pack(length + _ADJACENT), b""
+    return _CODE.pack(_FAR), _LOCATION.pack(offset, length)
+
+
+def payload_spots(locations: bytes, payloads: bytes) -> list[tuple[int, int] | None] | None:
+    """One ``run_spans`` row's ``payloads`` decoded against its entry ``locations``: each
+    entry's payload location, (0, 0) where the index has no row for it, None where the
+    entry names none; None when the bytes are not a valid encoding."""
+    cut = len(locations) // _LOCATION.size * _CODE.size
+    far_part = payloads[cut:]
+    if len(payloads) < cut or len(far_part) % _LOCATION.size:
+        return None
+    far = _LOCATION.iter_unpack(far_part)
+    spots: list[tuple[int, int] | None] = []
+    for (offset, _), (code,) in zip(_LOCATION.iter_unpack(locations), _CODE.iter_unpack(payloads[:cut]), strict=True):
+        if code >= _ADJACENT:
+            length = code - _ADJACENT
+            if length >= offset:
+                return None
+            spots.append((offset - length - 1, length))
+        elif code == _NONE:
+            spots.append(None)
+        elif code == _FAR:
+            spot = next(far, None)
+            if spot is None:
+                return None
+            spots.append(spot)
+        else:
+            spots.append((0, 0))
+    return None if next(far, None) is not None else spots
 
 _hash_of = operator.itemgetter(0)
 
@@ -237,7 +287,7 @@ class Index:
         db = self._db
         # Where this batch's payloads are first stored: its own records, unless one of them
         # repeats a payload stored before (its row is then ignored, and all are looked up).
-        located: dict[bytes, bytes] = {}
+        located: dict[bytes, tuple[int, int]] = {}
         if payloads:
             before = db.total_changes
             # In key order: hashes are random, and inserting them sorted walks the
@@ -247,8 +297,7 @@ class Index:
                 sorted(payloads, key=_hash_of),
             )
             if db.total_changes - before == len(payloads):
-                pack = _LOCATION.pack
-                located = {digest: pack(offset, length) for digest, offset, length in payloads}
+                located = {digest: (offset, length) for digest, offset, length in payloads}
         if entries:
             self._add_entries(entries, located)
         meta = {"journal_end": str(journal_end)}
@@ -258,31 +307,34 @@ class Index:
             meta["last_hash"] = last.hash
         self._set_meta(meta)
 
-    def _add_entries(self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, bytes]) -> None:
+    def _add_entries(self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, tuple[int, int]]) -> None:
         first_seq = entries[0][0].seq
         if first_seq != self.entry_count or entries[-1][0].seq != first_seq + len(entries) - 1:
             raise ValueError("index batches must continue the journal's sequence numbers without gaps")
         pack = _LOCATION.pack
         packed = [pack(offset, len(entry.line)) for entry, offset in entries]
         self._db.execute("INSERT INTO seq_blocks (first_seq, locations) VALUES (?, ?)", (first_seq, b"".join(packed)))
-        spans = self._upsert_runs(entries, packed, self._payload_spots(entries, located))
+        spans = self._upsert_runs(entries, packed, self._payload_codes(entries, located))
         self._db.executemany(
             "INSERT INTO run_spans (run_id, first_seq, locations, payloads) VALUES (?, ?, ?, ?)", spans
         )
 
-    def _payload_spots(self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, bytes]) -> list[bytes | None]:
-        """The packed location of each entry's payload (None: it names none), from
-        ``located`` or else the ``payloads`` table (payloads stored before the batch)."""
+    def _payload_codes(
+        self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, tuple[int, int]]
+    ) -> list[tuple[bytes, bytes]]:
+        """Each entry's :func:`payload_code`, its payload located from ``located`` or else
+        the ``payloads`` table (payloads stored before the batch)."""
         digests = [None if entry.payload is None else bytes.fromhex(entry.payload) for entry, _ in entries]
         missing = [digest for digest in dict.fromkeys(digests) if digest is not None and digest not in located]
         if missing:
-            pack = _LOCATION.pack
-            located = dict(located)
-            located.update((digest, pack(*spot)) for digest, spot in self.payload_locations(missing).items())
-        return [None if digest is None else located.get(digest, UNKNOWN) for digest in digests]
+            located = {**located, **self.payload_locations(missing)}
+        return [
+            payload_code(offset, None if digest is None else located.get(digest, (0, 0)))
+            for (_, offset), digest in zip(entries, digests, strict=True)
+        ]
 
     def _upsert_runs(
-        self, entries: Sequence[tuple[Entry, int]], packed: list[bytes], payloads: list[bytes | None]
+        self, entries: Sequence[tuple[Entry, int]], packed: list[bytes], payloads: list[tuple[bytes, bytes]]
     ) -> list[tuple[int, int, bytes, bytes]]:
         """Fold a batch's entries into one row update per run (two statements per batch,
         not one per entry); returns each run's ``run_spans`` row."""
@@ -315,7 +367,7 @@ class Index:
             )
             known.update(self._run_ids([row[0] for row in new_rows]))
         return [
-            (known[run], fold.first.seq, b"".join(fold.locations), b"".join(fold.payloads))
+            (known[run], fold.first.seq, b"".join(fold.locations), b"".join(fold.payloads) + b"".join(fold.far))
             for run, fold in batch.items()
         ]
 
@@ -444,22 +496,25 @@ class Index:
 
     def run_row_and_locations(
         self, run: str
-    ) -> tuple[tuple[Any, ...] | None, list[tuple[int, int]], list[tuple[int, int]]]:
-        """:meth:`run_row`, :meth:`entry_locations` of ``run`` and the locations of its
-        entries' payloads (one per entry that names one, in order; (0, 0) for one the index
-        has no row for) in one query: the read path of every run asks for all three. The
-        row is as SQLite gives it, not yet typed (:func:`typed_run_row`): a reader that
-        finds it equal to the row its entries give has no need to."""
+    ) -> tuple[tuple[Any, ...] | None, list[tuple[int, int]], list[tuple[int, int] | None] | None]:
+        """:meth:`run_row`, :meth:`entry_locations` of ``run`` and its entries' payload
+        locations (:func:`payload_spots`; None when they do not decode) in one query: the
+        read path of every run asks for all three. The row is as SQLite gives it, not yet
+        typed (:func:`typed_run_row`): a reader that finds it equal to the row its entries
+        give has no need to."""
         rows = self._db.execute(_ROW_AND_SPANS, (run,)).fetchall()
         if not rows:
             return None, [], []
         unpack = _LOCATION.iter_unpack
-        spans = [row for row in rows if row[11] is not None]
-        return (
-            rows[0][:11],
-            [location for row in spans for location in unpack(row[11])],
-            [location for row in spans for location in unpack(row[12])],
-        )
+        locations: list[tuple[int, int]] = []
+        spots: list[tuple[int, int] | None] | None = []
+        for row in rows:
+            if row[11] is None:
+                continue
+            locations += unpack(row[11])
+            decoded = payload_spots(row[11], row[12])
+            spots = None if decoded is None or spots is None else spots + decoded
+        return rows[0][:11], locations, spots
 
     def last_block(self) -> tuple[int, bytes] | None:
         """The newest ``seq_blocks`` row: (first seq, packed locations)."""
@@ -496,11 +551,14 @@ class Index:
         }
 
     def iter_run_locations(self) -> Iterator[tuple[int, bytes, bytes]]:
-        """(run row id, packed locations of all its entries, packed locations of their
-        payloads), by row id; a ``run_spans`` row of no run comes with id -1 - its run id."""
+        """(run row id, packed locations of all its entries, their payload codes followed
+        by the locations those codes leave out, :func:`payload_code`), by row id, whatever
+        rows the entries are spread over; a ``run_spans`` row of no run comes with id
+        -1 - its run id."""
         current: int | None = None
         parts: list[bytes] = []
-        payload_parts: list[bytes] = []
+        codes: list[bytes] = []
+        far: list[bytes] = []
         query = (
             "SELECT s.run_id, s.locations, s.payloads, r.id IS NULL FROM run_spans s "
             "LEFT JOIN runs r ON r.id = s.run_id ORDER BY s.run_id, s.first_seq"
@@ -511,12 +569,14 @@ class Index:
                 continue
             if run_id != current:
                 if current is not None:
-                    yield current, b"".join(parts), b"".join(payload_parts)
-                current, parts, payload_parts = int(run_id), [], []
+                    yield current, b"".join(parts), b"".join(codes) + b"".join(far)
+                current, parts, codes, far = int(run_id), [], [], []
+            cut = len(blob) // _LOCATION.size * _CODE.size
             parts.append(bytes(blob))
-            payload_parts.append(bytes(payloads))
+            codes.append(bytes(payloads[:cut]))
+            far.append(bytes(payloads[cut:]))
         if current is not None:
-            yield current, b"".join(parts), b"".join(payload_parts)
+            yield current, b"".join(parts), b"".join(codes) + b"".join(far)
 
     def has_payloads(self) -> bool:
         return bool(self._db.execute("SELECT EXISTS (SELECT 1 FROM payloads)").fetchone()[0])

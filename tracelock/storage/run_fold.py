@@ -13,9 +13,9 @@ __all__ = ["RunFold", "fold_runs"]
 class RunFold:
     """One run's share of a batch: its first and last entry, how many, the last status and
     the agent its entries state, and (for the directory index) their packed locations and
-    those of their payloads."""
+    their payloads' (a code per entry, and the locations those codes leave out)."""
 
-    __slots__ = ("agent", "count", "first", "last", "locations", "payloads", "status")
+    __slots__ = ("agent", "count", "far", "first", "last", "locations", "payloads", "status")
 
     def __init__(self, first: Entry) -> None:
         self.first = first
@@ -25,6 +25,7 @@ class RunFold:
         self.agent: str | None = None
         self.locations: list[bytes] = []
         self.payloads: list[bytes] = []
+        self.far: list[bytes] = []
 
     @property
     def parent(self) -> str | None:
@@ -37,10 +38,11 @@ class RunFold:
 def fold_runs(
     entries: Sequence[Entry],
     locations: Sequence[bytes] | None = None,
-    payloads: Sequence[bytes | None] | None = None,
+    payloads: Sequence[tuple[bytes, bytes]] | None = None,
 ) -> dict[str, RunFold]:
     """Fold ``entries`` (in append order) per run; ``locations[k]`` belongs to ``entries[k]``,
-    and so does ``payloads[k]``, the location of its payload (None when it names none)."""
+    and so does ``payloads[k]``, the code of its payload's location and what the code leaves
+    out (``tracelock.storage.index.payload_code``)."""
     batch: dict[str, RunFold] = {}
     for k, entry in enumerate(entries):
         fold = batch.get(entry.run)
@@ -51,9 +53,10 @@ def fold_runs(
         if locations is not None:
             fold.locations.append(locations[k])
         if payloads is not None:
-            spot = payloads[k]
-            if spot is not None:
-                fold.payloads.append(spot)
+            code, far = payloads[k]
+            fold.payloads.append(code)
+            if far:
+                fold.far.append(far)
         meta = entry.meta
         if meta:
             status = meta.get("status")

@@ -39,7 +39,14 @@ from tracelock.errors import CanonicalError
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
-from tracelock.storage.index import LOCATION, UNKNOWN, Index, IndexedPayload, RunRow, row_difference
+from tracelock.storage.index import (
+    LOCATION,
+    Index,
+    IndexedPayload,
+    RunRow,
+    payload_code,
+    row_difference,
+)
 from tracelock.storage.journal_file import (
     ENTRY,
     PAYLOAD,
@@ -328,11 +335,11 @@ class _IndexComparison:
     * run rows: closed runs in the order of their last entries, compared as each run ends;
       open runs at the end;
     * each run's entry list (``run_spans``): an order-free sum of a hash of (row id, packed
-      locations, packed locations of the entries' payloads) per run, on both sides. The
-      journal's side takes a payload's location from the record that has its ``payloads``
-      row (the first; kept in a bounded cache), else from that row, which the payload
-      comparison checks against the journal: an entry whose payload has no row is (0, 0)
-      on both sides.
+      locations, the entries' payload codes and the locations they leave out, see
+      ``index.payload_code``) per run, on both sides. The journal's side takes a payload's
+      location from the record that has its ``payloads`` row (the first; kept in a bounded
+      cache), else from that row, which the payload comparison checks against the journal:
+      an entry whose payload has no row is (0, 0) on both sides.
 
     Only what the index covers is compared (it ends where the scan ends, or the comparison
     fails at ``finish``). The first contradiction is kept as (seq, run, what).
@@ -352,10 +359,10 @@ class _IndexComparison:
         self.closed_rows = index.iter_closed_runs()
         self.closed_row: tuple[Any, ...] | None = next(self.closed_rows, None)
         # run -> [first seq, count, status, agent, parent, first line, last line, last seq,
-        #         locations, payload locations]
+        #         locations, payload codes, payload locations the codes leave out]
         self.runs: dict[bytes, list[Any]] = {}
-        # payload hash (hex bytes) -> packed location of the record that has its row
-        self.payload_spots: dict[bytes, bytes] = {}
+        # payload hash (hex bytes) -> (offset, length) of the record that has its row
+        self.payload_spots: dict[bytes, tuple[int, int]] = {}
         self.spans = 0
         self.metas: dict[bytes, tuple[str | None, str | None, str | None]] = {}
         self.problem: tuple[int, str | None, str] | None = None
@@ -414,7 +421,7 @@ class _IndexComparison:
             hashlib.sha256(line).hexdigest(), 1,
         ):
             self._compare_row(found[1:], self._row(run, summary, 1))
-        self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]), bytes(summary[9]))) % self._MODULUS
+        self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]), bytes(summary[9] + summary[10]))) % self._MODULUS
 
     def _compare_row(self, row: RunRow, actual: RunRow) -> None:
         wrong = row_difference(row, actual)
@@ -446,13 +453,13 @@ class _IndexComparison:
         spots = self.payload_spots
         if len(spots) >= _SEEN_CACHE:
             spots.clear()  # older ones are looked up through the index
-        spots[digest] = LOCATION.pack(offset, length)
+        spots[digest] = (offset, length)
 
-    def payload_spot(self, digest: bytes) -> bytes:
-        """The packed location of the record that has the ``payloads`` row of ``digest``
-        (hex bytes), when the cache no longer holds it; :data:`UNKNOWN` without a row."""
+    def payload_spot(self, digest: bytes) -> tuple[int, int]:
+        """The location of the record that has the ``payloads`` row of ``digest`` (hex
+        bytes), when the cache no longer holds it; (0, 0) without a row."""
         spot = self.index.payload_location(bytes.fromhex(digest.decode()))
-        return UNKNOWN if spot is None else LOCATION.pack(*spot)
+        return (0, 0) if spot is None else spot
 
     def _drain_locations(self) -> None:
         while self.problem is None:
@@ -523,7 +530,7 @@ class _IndexComparison:
                 return
             run_id, row = found
             self._compare_row(row, self._row(run, summary, 0))
-            self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]), bytes(summary[9]))) % self._MODULUS
+            self.spans = (self.spans + _spans_digest(run_id, bytes(summary[8]), bytes(summary[9] + summary[10]))) % self._MODULUS
         if rows:
             name, (_, row) = next(iter(rows.items()))
             self.fail(row[7], name, f"it has an open run row for run {name}, which the journal does not have open")
@@ -597,7 +604,7 @@ class _StoreScan:
         c_limit = 0 if compare is None else compare.limit
         c_metas: dict[bytes, tuple[str | None, str | None, str | None]] = {} if compare is None else compare.metas
         c_payload_rows = iter(()) if compare is None else compare.payload_rows
-        c_spots: dict[bytes, bytes] = {} if compare is None else compare.payload_spots
+        c_spots: dict[bytes, tuple[int, int]] = {} if compare is None else compare.payload_spots
         pack = LOCATION.pack
         last_line = b""
         # The final line feed is left out so that no empty line follows the last one.
@@ -662,15 +669,22 @@ class _StoreScan:
                         summary = c_runs.get(run)
                         if summary is None:
                             summary = c_runs[run] = [
-                                next_seq, 0, None, None, None, line, line, next_seq, bytearray(), bytearray()
+                                next_seq, 0, None, None, None, line, line, next_seq,
+                                bytearray(), bytearray(), bytearray(),
                             ]
                         summary[1] += 1
                         summary[6] = line
                         summary[7] = next_seq
                         summary[8] += location
+                        spot = None
                         if payload:
                             spot = c_spots.get(payload)
-                            summary[9] += compare.payload_spot(payload) if spot is None else spot
+                            if spot is None:
+                                spot = compare.payload_spot(payload)
+                        code, far = payload_code(start, spot)
+                        summary[9] += code
+                        if far:
+                            summary[10] += far
                         if meta:
                             facts = c_metas.get(meta)
                             if facts is None or i == 0:
