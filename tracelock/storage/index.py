@@ -108,6 +108,7 @@ _LOCATION = LOCATION = struct.Struct("<QI")
 _CODE = struct.Struct("<I")
 _NONE, _FAR, _UNKNOWN, _ADJACENT = 0, 1, 2, 3
 _NO_PAYLOAD = _CODE.pack(_NONE)
+_LONGEST_ADJACENT = 0xFFFFFFFF - _ADJACENT
 
 
 def payload_code(entry_offset: int, spot: tuple[int, int] | None) -> tuple[bytes, bytes]:
@@ -120,7 +121,7 @@ def payload_code(entry_offset: int, spot: tuple[int, int] | None) -> tuple[bytes
     offset, length = spot
     if not length:
         return _CODE.pack(_UNKNOWN), b""
-    if offset + length + 1 == entry_offset and length <= 0xFFFFFFFF - _ADJACENT:
+    if offset + length + 1 == entry_offset and length <= _LONGEST_ADJACENT:
         return _CODE.pack(length + _ADJACENT), b""
     return _CODE.pack(_FAR), _LOCATION.pack(offset, length)
 
@@ -324,14 +325,21 @@ class Index:
     ) -> list[tuple[bytes, bytes]]:
         """Each entry's :func:`payload_code`, its payload located from ``located`` or else
         the ``payloads`` table (payloads stored before the batch)."""
-        digests = [None if entry.payload is None else bytes.fromhex(entry.payload) for entry, _ in entries]
+        fromhex = bytes.fromhex
+        digests = [None if entry.payload is None else fromhex(entry.payload) for entry, _ in entries]
         missing = [digest for digest in dict.fromkeys(digests) if digest is not None and digest not in located]
         if missing:
             located = {**located, **self.payload_locations(missing)}
-        return [
-            payload_code(offset, None if digest is None else located.get(digest, (0, 0)))
-            for (_, offset), digest in zip(entries, digests, strict=True)
-        ]
+        # payload_code, with its usual case inlined: this runs for every entry indexed.
+        pack, get = _CODE.pack, located.get
+        codes: list[tuple[bytes, bytes]] = []
+        for (_, offset), digest in zip(entries, digests, strict=True):
+            spot = None if digest is None else get(digest, (0, 0))
+            if spot is not None and spot[0] + spot[1] + 1 == offset and 0 < spot[1] <= _LONGEST_ADJACENT:
+                codes.append((pack(spot[1] + _ADJACENT), b""))
+            else:
+                codes.append(payload_code(offset, spot))
+        return codes
 
     def _upsert_runs(
         self, entries: Sequence[tuple[Entry, int]], packed: list[bytes], payloads: list[tuple[bytes, bytes]]
