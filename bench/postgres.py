@@ -26,6 +26,11 @@ p99 of one run's latency (all workers' samples pooled) and runs per second (the 
 divided by the time from a round's start to its last worker's end, summed over rounds),
 and tracelock's ratios to each peer.
 
+After the cells, tracelock's replay on PostgreSQL: runs recorded into a fresh database, then
+replayed in a shuffled order by a fresh runtime in the harness's process (one reads a run's
+entries and its payloads in two queries, and the provenance its start names in a third):
+p50 and p99 of one replay.
+
 The server's commit floor is measured in the same run, before each process count: the p50
 of one minimal synchronous commit (a one-row ``INSERT`` in autocommit, from one session, so
 one WAL flush). Each system's *write transactions per run* are the transaction ids the
@@ -42,6 +47,7 @@ import argparse
 import json
 import os
 import pwd
+import random
 import shutil
 import subprocess
 import sys
@@ -419,8 +425,30 @@ def run(
                         "runs_per_s_ratio": round(base["runs_per_s"] / other["runs_per_s"], 2),
                     }
             figures["cells"][str(processes)] = cell
+        figures["tracelock_replay"] = replay(pg, 300 if quick else 1000)
     print(render(figures), flush=True)
     return figures
+
+
+def replay(pg: Server, runs: int) -> dict[str, Any]:
+    """Replay of recorded runs by a fresh tracelock runtime (shuffled order): wall time each."""
+    from tracelock.runtime.runtime import Runtime
+
+    url = pg.create_database("tracelock_replay")
+    log(f"postgres: tracelock replay of {runs} recorded runs")
+    with Runtime(url, workload.POLICY, toolkits=(workload.kit,)) as runtime:
+        run_ids = [runtime.run(workload.agent, workload.task(number)).run_id for number in range(runs)]
+    random.Random(runs).shuffle(run_ids)
+    samples = []
+    with Runtime(url, workload.POLICY, toolkits=(workload.kit,)) as runtime:
+        assert runtime.replay(run_ids[0], workload.agent).matched  # the first after opening: not counted
+        for run_id in run_ids[1:]:
+            started = time.perf_counter()
+            matched = runtime.replay(run_id, workload.agent).matched
+            samples.append(time.perf_counter() - started)
+            if not matched:
+                raise RuntimeError(f"tracelock replay of {run_id} did not match")
+    return {"runs": len(samples), **summary_us(samples)}
 
 
 def render(figures: dict[str, Any]) -> str:
@@ -447,6 +475,12 @@ def render(figures: dict[str, Any]) -> str:
     )
     lines.append("")
     lines.append(f"Commit floor (one minimal synchronous commit, measured before each process count): {floors}.")
+    replayed = figures.get("tracelock_replay")
+    if replayed:
+        lines.append(
+            f"tracelock replay of a recorded run (fresh runtime, shuffled order, {replayed['runs']} runs): "
+            f"p50 {replayed['p50_us'] / 1000:.2f} ms, p99 {replayed['p99_us'] / 1000:.2f} ms."
+        )
     return "\n".join(lines)
 
 
