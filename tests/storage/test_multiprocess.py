@@ -10,6 +10,7 @@ work on the same store.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -404,3 +405,46 @@ def test_operator_commands_work_while_a_service_runs_agents(workdir: Path) -> No
     assert statuses == {"completed"}
     verified = cli(workdir, "verify", "--store", store)
     assert verified["ok"] is True
+
+
+# -- a reader opening while writers commit -------------------------------------------------
+
+
+def _store_with_runs(path: Path, runs: int) -> None:
+    with DirectoryStore(path) as store:
+        for number in range(runs):
+            run = f"r{number}"
+            store.append(run, "run.start", payload={"input": number}, meta={"status": "running"})
+            store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"})
+    (path / "index.sqlite").unlink()  # so that what the reader's open does with it shows
+
+
+def test_a_reader_waits_out_a_commit_and_uses_the_store_s_index(tmp_path: Path) -> None:
+    """A reader that finds the writer lock taken tries again for a while (a writer holds it
+    for one commit): it then catches up the store's own index, instead of building a private
+    one from the whole journal."""
+    _store_with_runs(tmp_path, 20)
+    other = os.open(tmp_path / "lock", os.O_RDWR)  # another open file: another holder
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        releaser = threading.Timer(0.03, fcntl.flock, (other, fcntl.LOCK_UN))
+        releaser.start()
+        with DirectoryStore(tmp_path, read_only=True) as reader:
+            assert [run.run for run in reader.runs()] == [f"r{n}" for n in reversed(range(20))]
+        releaser.join()
+    finally:
+        os.close(other)
+    assert (tmp_path / "index.sqlite").exists()  # rebuilt under the lock, for every reader
+
+
+def test_a_reader_that_never_gets_the_lock_reads_through_a_private_index(tmp_path: Path) -> None:
+    _store_with_runs(tmp_path, 20)
+    other = os.open(tmp_path / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with DirectoryStore(tmp_path, read_only=True) as reader:
+            assert len(reader.runs()) == 20
+            assert reader.get_payload(reader.entries("r7")[1].payload or "") == {"output": 7}
+    finally:
+        os.close(other)
+    assert not (tmp_path / "index.sqlite").exists()  # it wrote nothing
