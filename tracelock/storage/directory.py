@@ -1072,9 +1072,9 @@ class DirectoryStore:
 
     def index_to_compare(self) -> Index | None:
         """The on-disk index, for verification to compare with the journal; None when this
-        handle answers from a private one (another process was writing when it opened, or
-        the file was found altered at open: see ``index_problem``) or, for a reader, when
-        another process is committing now.
+        handle answers from a private one (another process held the writer lock throughout
+        its open, or the file was found altered at open: see ``index_problem``) or, for a
+        reader, when another process keeps the lock throughout the tries of :meth:`_try_lock`.
 
         The comparison needs the index and the journal to end at the same record, so the
         handle takes the writer lock, brings the index up to the journal's end, and keeps
@@ -1091,7 +1091,7 @@ class DirectoryStore:
                 return self._index
             if not self._held:
                 try:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._try_lock(self._lock_fd)  # a busy writer lets go between commits
                 except BlockingIOError:
                     return None
                 self._held = True
