@@ -283,6 +283,13 @@ def build_varied(path: Path) -> None:
         assert store.erase_payload(entry.payload)
 
 
+def fresh_copy(store: Path, copy: Path) -> Path:
+    """``store`` copied to ``copy`` (a Hypothesis example reuses its ``tmp_path``)."""
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(store, copy)
+    return copy
+
+
 @pytest.fixture(scope="module")
 def varied(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("varied") / "store"
@@ -322,9 +329,7 @@ _RUN_COLUMNS = [
 def test_any_changed_run_row_field_is_reported(
     varied: Path, tmp_path: Path, run: str, column: str
 ) -> None:
-    copy = tmp_path / f"{run}-{column}"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(varied, copy)
+    copy = fresh_copy(varied, tmp_path / f"{run}-{column}")
     ((value,),) = query(copy, f"SELECT {column} FROM runs WHERE run = ?", (run,))
     changed: object = (
         "x" + str(value) if isinstance(value, str) or value is None else int(value) + 1
@@ -342,9 +347,7 @@ def test_any_changed_run_row_field_is_reported(
 def test_any_moved_run_span_location_is_reported(
     varied: Path, tmp_path: Path, data: st.DataObject
 ) -> None:
-    copy = tmp_path / "spans"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(varied, copy)
+    copy = fresh_copy(varied, tmp_path / "spans")
     rows = query(
         copy, "SELECT run_id, first_seq, locations FROM run_spans ORDER BY run_id, first_seq"
     )
@@ -407,9 +410,7 @@ def _set_payloads(path: Path, run_id: int, first_seq: int, codes: list[int], far
 def test_any_changed_payload_location_of_a_run_is_reported(
     varied: Path, tmp_path: Path, data: st.DataObject
 ) -> None:
-    copy = tmp_path / "payload-spans"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(varied, copy)
+    copy = fresh_copy(varied, tmp_path / "payload-spans")
     rows = query(copy, "SELECT run_id, first_seq, locations, payloads FROM run_spans ORDER BY run_id, first_seq")
     run_id, first_seq, locations, payloads = rows[data.draw(st.integers(0, len(rows) - 1))]
     assert isinstance(run_id, int) and isinstance(first_seq, int)
