@@ -168,18 +168,6 @@ class _PendingIndex:
         self.payloads: list[tuple[int, IndexedPayload]] = []
 
 
-class _RunPayloads:
-    """Where the payloads named by the run :meth:`DirectoryStore.entries` read last are
-    stored, as the query that located its entries gave them: reading a run then costs the
-    same whatever the store's size and whatever the payload cache holds (a cache miss
-    would cost a query and a filter built from every payload of the store)."""
-
-    __slots__ = ("locations",)
-
-    def __init__(self, locations: dict[bytes, tuple[int, int]]) -> None:
-        self.locations = locations
-
-
 class DirectoryStore:
     """A :class:`tracelock.storage.backend.Store` kept in one directory.
 
@@ -239,7 +227,11 @@ class DirectoryStore:
         #: True while every payload of the store is in ``_payloads`` (the store had none
         #: when opened, and the cache has not evicted any): a miss there is then an answer.
         self._payloads_complete = False
-        self._run_payloads = _RunPayloads({})
+        #: Where the payloads of the run :meth:`entries` read last are stored, as the query
+        #: that located its entries gave them: reading a run then costs the same whatever
+        #: the store's size and whatever the payload cache holds (a miss there would cost a
+        #: query, and a filter built from every payload of the store).
+        self._run_payloads: dict[bytes, tuple[int, int]] = {}
         self._tail_fragment: tuple[int, int] | None = None
         self._sealed: SealedJournal | None = None  # ``_file`` when it reads sealed segments
         #: (offset, reason) of the first damaged record a read-only open stopped at.
@@ -1630,13 +1622,11 @@ class DirectoryStore:
             raise self._tampered(problem)
         assert spots is not None  # _payloads_problem checked it
         # A location of length 0 is one the index has no row for: looked up as any other.
-        self._run_payloads = _RunPayloads(
-            {
-                bytes.fromhex(entry.payload): spot
-                for entry, spot in zip(entries, spots, strict=True)
-                if entry.payload and spot and spot[1]
-            }
-        )
+        self._run_payloads = {
+            bytes.fromhex(entry.payload): spot
+            for entry, spot in zip(entries, spots, strict=True)
+            if entry.payload and spot and spot[1]
+        }
         return entries
 
     def entry_at(self, seq: int) -> Entry:
@@ -1773,7 +1763,7 @@ class DirectoryStore:
     def _run_payload_record(self, digest: bytes) -> tuple[int, bytes] | None:
         """(offset, record) of a payload of the run read last, checked as one whole record of
         that payload, in one read; None when it is not one of them or the index lacks it."""
-        location = self._run_payloads.locations.get(digest)
+        location = self._run_payloads.get(digest)
         if location is None:
             return None
         offset, length = location
