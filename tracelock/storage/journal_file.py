@@ -38,6 +38,7 @@ PAYLOAD = "payload"
 REDACTED = "redacted"
 
 _READ_CHUNK = 1 << 20
+_NUL_CHUNK = bytes(_READ_CHUNK)
 _NUL = b"\0"
 _BLOCK = 4096
 _MIN_GROWTH = 64 << 10
@@ -61,6 +62,11 @@ def data_end(source: int | JournalFile, size: int | None = None) -> int:
         chunk = file.pread(step, end - step)
         if not chunk:
             break
+        # Free space is most of what is read (megabytes, ahead of a live writer's data): a
+        # whole chunk of NULs is told by one comparison, a hundred times faster than rstrip.
+        if len(chunk) == _READ_CHUNK and chunk == _NUL_CHUNK:
+            end -= len(chunk)
+            continue
         kept = len(chunk.rstrip(_NUL))
         end -= len(chunk) - kept
         if kept:
