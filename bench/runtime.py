@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload
-from bench.peers.base import tree_bytes
 from bench.stats import percentile, summary_us
 from bench.syncs import probe
 from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
+from tracelock.storage.disk_usage import store_parts
 
 VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "default": ({}, "auto"),
@@ -41,11 +41,10 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
 
 
 def _store_bytes(path: Path) -> dict[str, int]:
-    """Bytes on disk by part (a sparse file counts what it has allocated): the journal is
+    """Bytes on disk by part, as ``tracelock store info`` counts them: the journal is
     ``journal.log`` with its sealed segments (docs/spec.md 3.8)."""
-    journal = tree_bytes(path / "journal.log") + (tree_bytes(path / "sealed") if (path / "sealed").is_dir() else 0)
-    index = sum(tree_bytes(item) for item in path.glob("index.sqlite*"))
-    return {"journal": journal, "index": index, "total": tree_bytes(path)}
+    parts, _ = store_parts(path)
+    return {"journal": parts["journal"] + parts["segments"], "index": parts["index"], "total": parts["total"]}
 
 
 def run(quick: bool) -> dict[str, Any]:

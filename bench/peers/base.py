@@ -9,10 +9,11 @@ receive the system's app module as imported from a scratch directory (see ``apps
 from __future__ import annotations
 
 import importlib.metadata
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from tracelock.storage.disk_usage import allocated_bytes
 
 #: Set by the harness to run a DBOS test with the application version pinned in its config
 #: (rather than computed from the workflows' source, DBOS's default).
@@ -86,8 +87,4 @@ def tree_bytes(path: Path) -> int:
     what it has allocated when that is less (a sparse file: tracelock's ``journal.log`` keeps
     its size after its sealed blocks are freed, docs/spec.md 3.8)."""
     files = [path] if path.is_file() else [item for item in path.rglob("*") if item.is_file()]
-    return sum(_stored(item.stat()) for item in files)
-
-
-def _stored(status: os.stat_result) -> int:
-    return min(status.st_size, status.st_blocks * 512)
+    return sum(allocated_bytes(item) for item in files)

@@ -330,16 +330,10 @@ class Index:
         missing = [digest for digest in dict.fromkeys(digests) if digest is not None and digest not in located]
         if missing:
             located = {**located, **self.payload_locations(missing)}
-        # payload_code, with its usual case inlined: this runs for every entry indexed.
-        pack, get = _CODE.pack, located.get
-        codes: list[tuple[bytes, bytes]] = []
-        for (_, offset), digest in zip(entries, digests, strict=True):
-            spot = None if digest is None else get(digest, (0, 0))
-            if spot is not None and spot[0] + spot[1] + 1 == offset and 0 < spot[1] <= _LONGEST_ADJACENT:
-                codes.append((pack(spot[1] + _ADJACENT), b""))
-            else:
-                codes.append(payload_code(offset, spot))
-        return codes
+        return [
+            payload_code(offset, None if digest is None else located.get(digest, (0, 0)))
+            for (_, offset), digest in zip(entries, digests, strict=True)
+        ]
 
     def _upsert_runs(
         self, entries: Sequence[tuple[Entry, int]], packed: list[bytes], payloads: list[tuple[bytes, bytes]]
