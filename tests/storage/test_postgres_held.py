@@ -10,9 +10,11 @@ import os
 import signal
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
+from tests.pg_server import Cluster, admin
 from tests.storage import _pg_payer
 from tests.storage._pg_checks import check_journal
 from tests.storage.storage_helpers import TickClock
@@ -158,3 +160,51 @@ def test_kill_9_while_entries_are_held_loses_only_them(pg_url: str, tmp_path: Pa
     assert recovered.exit_code == 0, recovered.output
     assert json.loads(recovered.stdout)["runs"] == []
     assert (tmp_path / "paid").read_text().split() == ["0", "1", "2"]
+
+
+def _server_counts(url: str) -> tuple[int, dict[str, int]]:
+    """The calls of ``tracelock_append`` and the whole-table scans of each store table, as
+    the server's statistics count them (each session's counts reach them when it ends)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'tracelock_append'"
+        ).fetchone()
+        scans = conn.execute(
+            "SELECT relname, seq_scan FROM pg_stat_user_tables WHERE relname LIKE 'tracelock%'"
+        ).fetchall()
+    assert row is not None
+    return int(row[0]), {str(name): int(count) for name, count in scans}
+
+
+def test_each_commit_of_a_run_is_one_call_that_reads_no_whole_table(
+    pg_cluster: Cluster, pg_database: str
+) -> None:
+    """A run's held start and first effect commit with its intent in one call of the
+    append function, as do its result and its end, however many runs the store holds:
+    no append scans a table (version 3 of the function joined its run rows to a scan of
+    ``tracelock_runs``, whose cost grew with the store)."""
+    admin(pg_cluster, f"ALTER DATABASE {pg_database} SET track_functions = 'pl'")
+    url = pg_cluster.url(pg_database)
+
+    def record_runs(first: int, count: int) -> int:
+        with PostgresStore(url, clock=TickClock()) as store:
+            for number in range(first, first + count):
+                run = f"run-{number}"
+                store.append_held(run, "run.start", payload={"n": number}, meta={"status": "running"}, new_run=True)
+                store.append_held(run, "effect", payload={"llm": number})
+                store.append(run, "effect.intent", payload={"send": number})
+                store.append(run, "effect.result", payload={"sent": number})
+                store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"})
+            return store.transactions
+
+    record_runs(0, 200)  # enough rows that a scan is the plan a join would get
+    calls_before, scans_before = _server_counts(url)
+    transactions = record_runs(200, 100)
+    calls_after, scans_after = _server_counts(url)
+    assert transactions == 300
+    # A new handle's first two commits take the locked path: it learns the head there.
+    assert calls_after - calls_before == transactions - 2
+    grew = {name: scans_after[name] - scans_before.get(name, 0) for name in scans_after}
+    assert {name: count for name, count in grew.items() if count} == {}
+    with PostgresStore(url, read_only=True) as store:
+        check_journal(store, 1500)

@@ -77,3 +77,32 @@ def test_a_handed_back_run_refuses_its_old_token(location: str) -> None:
     finally:
         queue_for(store).close()
         store.close()
+
+
+def test_the_one_call_append_refuses_a_lease_that_changed_hands(pg_url: str) -> None:
+    """On PostgreSQL a handle that nobody else appended behind sends its batch in one call
+    of the append function, which checks the leases itself: a takeover that appended
+    nothing leaves the handle's guess of the head right, so only that check stops it."""
+    import time
+
+    clock = Clock()
+    first, second = open_store(pg_url), open_store(pg_url)
+    try:
+        queue_a, queue_b = queue_for(first, clock_ms=clock), queue_for(second, clock_ms=clock)
+        queue_a.enqueue("r3", "default", "m:f", b"{}", None)
+        [held] = queue_a.claim(["default"], "A", 1, 100, None)
+        queue_a.fences.hold("r3", held.token)
+        for number in range(3):  # the handle learns the head, then appends in one call
+            first.append("r3", "effect" if number else "run.start", payload={"n": number})
+        assert first._speculate  # type: ignore[attr-defined]
+        time.sleep(0.2)  # the lease (100 ms, on the server's clock) expires
+        [taken] = queue_b.claim(["default"], "B", 1, 10_000, None)
+        queue_b.fences.hold("r3", taken.token)
+        with pytest.raises(LeaseLostError):
+            first.append("r3", "effect", payload={"n": 3})
+        second.append("r3", "effect", payload={"n": 4})
+        assert len(second.entries("r3")) == 4  # the refused append left nothing
+    finally:
+        for store in (first, second):
+            queue_for(store).close()
+            store.close()

@@ -129,7 +129,7 @@ HOLD_WINDOW_MS = 100
 
 
 #: The call of the append function, its parameters sent in binary.
-_APPEND_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::json)"
+_APPEND_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::jsonb)"
 
 
 def _closed_by_server(conn: Any) -> bool:
@@ -540,13 +540,20 @@ class PostgresStore:
     def _can_speculate(self, batch: list[Request]) -> bool:
         """Whether this batch may be sent in one round trip, built on the heads this handle
         knows: its last transaction saw nobody else append, and it knows the head of every
-        run the batch appends to (or the item starts a new run)."""
+        run the batch appends to: the item starts a new run, or an earlier item of the batch
+        started it (a run's held start and first effects commit together)."""
         if not self._speculate or self._tip is None:
             return False
         heads = self._heads
-        return all(
-            item[0] in heads or item[4] for request in batch if request.error is None for item in request.items
-        )
+        started: set[str] = set()
+        for request in batch:
+            if request.error is None:
+                for item in request.items:
+                    if item[4]:
+                        started.add(item[0])
+                    elif item[0] not in heads and item[0] not in started:
+                        return False
+        return True
 
     def _forget(self) -> None:
         self._speculate = False
@@ -667,7 +674,7 @@ class PostgresStore:
         inserts: list[tuple[Any, ...]],
         leases: dict[str, int],
     ) -> None:
-        """One call of ``tracelock_append`` (schema migration 3, which documents ``batch``)."""
+        """One call of ``tracelock_append`` (schema migrations 3 and 4; 3 documents ``batch``)."""
         batch: dict[str, Any] = {
             "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
             "e": [[seq, run, i, b64encode(line).decode(), leaf.hex()] for seq, run, i, line, leaf in entry_rows],
