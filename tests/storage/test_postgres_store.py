@@ -393,6 +393,35 @@ def test_a_store_of_an_older_schema_is_migrated_by_its_first_writer(pg_url: str)
         assert store.store_id == "old"
 
 
+def test_the_version_3_call_of_the_append_function_still_works(
+    pg_cluster: Cluster, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process of an older tracelock, still running while a newer one migrates the store
+    (a rolling upgrade), calls the append function with a json batch: that version stays,
+    as a call of the new one, guess checks included."""
+    from tracelock.storage.postgres import store as pg_store
+
+    admin(pg_cluster, f"ALTER DATABASE {pg_database} SET track_functions = 'pl'")
+    pg_url = pg_cluster.url(pg_database)
+    monkeypatch.setattr(pg_store, "_APPEND_CALL", "SELECT tracelock_append(%b::bigint, %b::bigint, %b::json)")
+    with PostgresStore(pg_url, clock=Ticks()) as one, PostgresStore(pg_url, clock=Ticks()) as two:
+        written = [*record(one, "a"), *record(two, "b")]
+        written += record(one, "c")  # its guess of the head is stale: refused, then locked
+        assert_consistent(written)
+    with psycopg.connect(pg_url) as conn:
+        calls = dict(
+            conn.execute(
+                "SELECT pg_get_function_arguments(funcid), calls FROM pg_stat_user_functions "
+                "WHERE funcname = 'tracelock_append'"
+            ).fetchall()
+        )
+    json_calls = calls.get("expect bigint, next bigint, batch json", 0)
+    assert json_calls >= 4  # each handle's commits after its first two
+    assert calls["expect bigint, next bigint, batch jsonb"] == json_calls
+    with PostgresStore(pg_url, read_only=True) as store:
+        assert list(store.iter_entries()) == written
+
+
 def test_a_handle_that_did_not_see_another_writer_falls_back_and_appends_in_order(pg_url: str) -> None:
     with PostgresStore(pg_url, clock=Ticks()) as one, PostgresStore(pg_url, clock=Ticks()) as two:
         written = [one.append("r", "run.start", new_run=True)]

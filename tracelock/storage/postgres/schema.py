@@ -131,8 +131,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # scanned the whole table (0.3 ms per append at 3,000 runs). Each run row is now
         # updated by its key, and so is each lease row checked. ``batch`` is jsonb, parsed
         # once per call where every ``->`` of a json value parses the text again. Same
-        # ``batch`` layout as version 3.
-        "DROP FUNCTION tracelock_append(bigint, bigint, json)",
+        # ``batch`` layout as version 3. The json version stays, as a call of this one:
+        # processes of an older tracelock still running against the store (a rolling
+        # upgrade) call it, and it must neither vanish under them nor stay slow.
         "CREATE FUNCTION tracelock_append(expect bigint, next bigint, batch jsonb)"
         " RETURNS void LANGUAGE plpgsql AS $$\n"
         "DECLARE head bigint; row jsonb; held bigint;\n"
@@ -166,6 +167,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " (n->>7)::bigint, (n->>8)::bigint, n->>9, (n->>10)::boolean"
         " FROM jsonb_array_elements(batch->'n') AS n;\n"
         "  UPDATE tracelock_head SET next_seq = next WHERE id = 1;\n"
+        "END $$",
+        "CREATE OR REPLACE FUNCTION tracelock_append(expect bigint, next bigint, batch json)"
+        " RETURNS void LANGUAGE plpgsql AS $$\n"
+        "BEGIN\n"
+        "  PERFORM tracelock_append(expect, next, batch::jsonb);\n"
         "END $$",
     ),
 )
