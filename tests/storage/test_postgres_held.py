@@ -195,6 +195,8 @@ def test_each_commit_of_a_run_is_one_call_that_reads_no_whole_table(
                 store.append(run, "effect.intent", payload={"send": number})
                 store.append(run, "effect.result", payload={"sent": number})
                 store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"})
+            # What the handle keeps between commits does not grow with the runs it ended.
+            assert store._heads == {}
             return store.transactions
 
     record_runs(0, 200)  # enough rows that a scan is the plan a join would get

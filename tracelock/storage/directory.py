@@ -60,7 +60,6 @@ import sqlite3
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -122,6 +121,7 @@ from tracelock.storage.journal_file import (
     scan_records,
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.payload_cache import PayloadCache
 from tracelock.storage.queue_backend import AppendGuard
 from tracelock.storage.sealed import SEAL_BYTES, SealedJournal, wrap
 from tracelock.storage.seen import PayloadFilter
@@ -146,6 +146,7 @@ _INDEX_BATCH = 2048
 #: its sync) but lets go between commits: many short tries find one of those gaps.
 _READER_LOCK_TRIES = 400
 _READER_LOCK_PAUSE_S = 0.00025
+#: The payload cache holds the last 32,768 to 65,536 payload locations (PayloadCache).
 _PAYLOAD_CACHE = 65536
 _NUL = b"\0"
 _NEWLINE = b"\n"
@@ -221,7 +222,7 @@ class DirectoryStore:
         self._heads: dict[str, tuple[int, str]] = {}
         # Runs closed by this handle whose closing entry has not reached the index yet.
         self._closed_here: set[str] = set()
-        self._payloads: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self._payloads = PayloadCache(_PAYLOAD_CACHE // 2)
         self._pending = _PendingIndex()
         self._filter: PayloadFilter | None = None  # built on the first payload look-up
         #: True while every payload of the store is in ``_payloads`` (the store had none
@@ -1476,11 +1477,11 @@ class DirectoryStore:
 
     # -- payload locations ---------------------------------------------------------------
     def _remember_payload(self, digest: bytes, offset: int, length: int) -> None:
-        self._payloads[digest] = (offset, length)
+        cache = self._payloads
+        cache.put(digest, (offset, length))
         if self._filter is not None:
             self._filter.add(digest)
-        if len(self._payloads) > _PAYLOAD_CACHE:
-            self._payloads.popitem(last=False)
+        if cache.dropped:
             self._payloads_complete = False
 
     def _payload_location(self, digest: bytes, *, reading: bool = False) -> tuple[int, int] | None:
@@ -1491,21 +1492,23 @@ class DirectoryStore:
         store). A read also never trusts ``_payloads_complete`` or the filter, which know
         only what this handle appended or caught up with under the writer lock: another
         process may have stored the payload since."""
-        location = self._payloads.get(digest)
-        if location is not None:
-            self._payloads.move_to_end(digest)
-            return location
         if not reading:
             if self._payloads_complete:
-                return None
+                return self._payloads.get(digest)
             if self._filter is None:
                 with self._index_lock:
                     self._filter = PayloadFilter(self._index.payload_count() * 2)
                     self._filter.update(self._index.payload_hashes())
                     self._filter.update(row[0] for _, row in self._pending.payloads)
                     self._filter.update(self._payloads)
+            # First: it holds every payload the cache does, and a new payload's look-up
+            # then touches one block of it, not the cache's dicts as well (each a likely
+            # cache miss in a long-lived writer).
             if not self._filter.may_contain(digest):
                 return None
+        location = self._payloads.get(digest)
+        if location is not None:
+            return location
         with self._index_lock:
             location = self._index.payload_location(digest)
         if location is not None:
@@ -1802,8 +1805,6 @@ class DirectoryStore:
         # other payload is looked up in the index by its hash.
         with self._lock:
             cached = self._payloads.get(raw)
-            if cached is not None:
-                self._payloads.move_to_end(raw)
         found = None if cached is None else (cached[0], self._file.pread(cached[1], cached[0]))
         if found is None:
             found = self._run_payload_record(raw)

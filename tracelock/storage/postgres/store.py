@@ -20,7 +20,7 @@ import hashlib
 import select
 import threading
 from base64 import b64encode
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -149,7 +149,7 @@ def _closed_by_server(conn: Any) -> bool:
     return True
 
 
-def _run_rows(entries: list[Entry], known: set[str]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def _run_rows(entries: list[Entry], known: Container[str]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The run rows a batch changes (folded as the directory index folds them): updates of
     the runs in ``known`` (run, status, agent, updated_ts, last_seq, added entries, last
     hash, closed) and inserts of the others (every column of ``tracelock_runs``)."""
@@ -508,7 +508,7 @@ class PostgresStore:
         alone = self._tip == seq
         if not alone:
             self._heads = {}
-        self._heads.update(known)
+        self._remember(known)
         self._tip = seq
         self._speculate = alone
         return seq, known
@@ -560,6 +560,17 @@ class PostgresStore:
         self._tip = None
         self._heads = {}
 
+    def _remember(self, heads: dict[str, tuple[int, str] | None]) -> None:
+        """Keep the heads of open runs only: an ended run's would make this dict grow
+        with every run a long-lived handle writes (and a run this handle does not know
+        goes through the locked path, which reads its head, ended or not)."""
+        mine = self._heads
+        for run, head in heads.items():
+            if head is None:
+                mine.pop(run, None)
+            else:
+                mine[run] = head
+
     def _write(
         self,
         cur: Any,
@@ -603,7 +614,7 @@ class PostgresStore:
             if locked:
                 cur.execute(b"ROLLBACK")
             return
-        updates, inserts = _run_rows(built, set(known))
+        updates, inserts = _run_rows(built, known)
         committing[0] = True
         if locked:
             self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
@@ -613,7 +624,7 @@ class PostgresStore:
             self._call_append(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
         for request, out in results:
             request.result = out
-        self._heads.update(touched)
+        self._remember(touched)
         self._tip = seq
 
     @staticmethod
