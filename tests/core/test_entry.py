@@ -15,6 +15,7 @@ from tracelock.core.entry import (
     encode_entry,
     entry_hash,
     parse_entry,
+    split_line,
 )
 
 hex64 = st.text("0123456789abcdef", min_size=64, max_size=64)
@@ -41,6 +42,36 @@ def test_template_matches_reference_jcs(seq, run, i, kind, payload, prev, ts, me
     assert entry.line == rfc8785.dumps(entry.to_dict())
     assert entry.hash == hashlib.sha256(entry.line).hexdigest()
     assert parse_entry(entry.line) == entry
+
+
+# Meta texts that look like the members split_line cuts at.
+tricky_text = st.sampled_from([',"prev":', ',"seq":', '"prev":null', ',"seq":7,', "x"]) | st.text(max_size=8)
+tricky_metas = st.none() | st.dictionaries(tricky_text, st.none() | tricky_text | st.integers(0, 99), min_size=1, max_size=3)
+
+
+@given(
+    seq=st.integers(0, 2**53 - 1),
+    other_seq=st.integers(0, 2**53 - 1),
+    run=run_ids,
+    i=st.integers(0, 10**6),
+    kind=kinds,
+    payload=st.none() | hex64,
+    prev=hex64,
+    other_prev=hex64,
+    ts=st.integers(0, 2**53 - 1),
+    meta=tricky_metas,
+)
+def test_split_line_parts_build_the_line_for_any_seq_and_prev(
+    seq, other_seq, run, i, kind, payload, prev, other_prev, ts, meta
+) -> None:
+    """The parts around ``prev`` and ``seq`` do not depend on them: filled with another
+    seq and prev (as PostgreSQL's append function fills them) they give that entry's line."""
+    fields = {"run": run, "i": i, "kind": kind, "payload": payload, "ts": ts, "meta": meta}
+    entry = encode_entry(seq=seq, prev=None if i == 0 else prev, **fields)
+    a, b, c = split_line(entry)
+    other = encode_entry(seq=other_seq, prev=None if i == 0 else other_prev, **fields)
+    prev_text = b"null" if other.prev is None else b'"' + other.prev.encode() + b'"'
+    assert a + prev_text + b + str(other_seq).encode() + c == other.line
 
 
 def _entry(**overrides: object) -> bytes:

@@ -10,6 +10,7 @@ more (``OLD code``), then opens a new handle (retrying while the server is down)
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -37,9 +38,14 @@ def kill_mode(url: str, threads: int) -> None:
 
     def work(number: int) -> None:
         step = 0
-        while True:
-            append(store, f"k{number}", step)
-            step += 1
+        try:
+            while True:
+                append(store, f"k{number}", step)
+                step += 1
+        except BaseException as exc:  # the parent must not wait for lines that never come
+            sys.stderr.write(f"append failed: {exc!r}\n")
+            sys.stderr.flush()
+            os._exit(3)
 
     for number in range(threads):
         threading.Thread(target=work, args=(number,), daemon=True).start()

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -162,51 +163,73 @@ def test_kill_9_while_entries_are_held_loses_only_them(pg_url: str, tmp_path: Pa
     assert (tmp_path / "paid").read_text().split() == ["0", "1", "2"]
 
 
-def _server_counts(url: str) -> tuple[int, dict[str, int]]:
-    """The calls of ``tracelock_append`` and the whole-table scans of each store table, as
+def _server_counts(url: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The calls of each append function and the whole-table scans of each store table, as
     the server's statistics count them (each session's counts reach them when it ends)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'tracelock_append'"
-        ).fetchone()
+        calls = conn.execute(
+            "SELECT funcname, sum(calls) FROM pg_stat_user_functions GROUP BY funcname"
+        ).fetchall()
         scans = conn.execute(
             "SELECT relname, seq_scan FROM pg_stat_user_tables WHERE relname LIKE 'tracelock%'"
         ).fetchall()
-    assert row is not None
-    return int(row[0]), {str(name): int(count) for name, count in scans}
+    return {str(name): int(count) for name, count in calls}, {str(name): int(count) for name, count in scans}
 
 
-def test_each_commit_of_a_run_is_one_call_that_reads_no_whole_table(
-    pg_cluster: Cluster, pg_database: str
-) -> None:
-    """A run's held start and first effect commit with its intent in one call of the
-    append function, as do its result and its end, however many runs the store holds:
-    no append scans a table (version 3 of the function joined its run rows to a scan of
-    ``tracelock_runs``, whose cost grew with the store)."""
+def _grown(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {name: count - before.get(name, 0) for name, count in after.items() if count != before.get(name, 0)}
+
+
+def test_each_commit_is_one_call_that_reads_no_whole_table(pg_cluster: Cluster, pg_database: str) -> None:
+    """A run's held start and first effect commit with its intent in one call of an append
+    function, as do its result and its end, however many runs the store holds and however
+    many handles append: a handle alone numbers the entries itself (after its first two
+    commits, which learn that it is alone), handles that take turns have the server number
+    them. No append scans a table (version 3 of the function joined its run rows to a scan
+    of ``tracelock_runs``, whose cost grew with the store)."""
     admin(pg_cluster, f"ALTER DATABASE {pg_database} SET track_functions = 'pl'")
     url = pg_cluster.url(pg_database)
 
-    def record_runs(first: int, count: int) -> int:
+    def steps(store: PostgresStore, number: int) -> Iterator[None]:
+        run = f"run-{number}"
+        store.append_held(run, "run.start", payload={"n": number}, meta={"status": "running"}, new_run=True)
+        store.append_held(run, "effect", payload={"llm": number})
+        store.append(run, "effect.intent", payload={"send": number})
+        yield
+        store.append(run, "effect.result", payload={"sent": number})
+        yield
+        store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"})
+        yield
+
+    def record_run(store: PostgresStore, number: int) -> None:
+        for _ in steps(store, number):
+            pass
+
+    def alone(first: int, count: int) -> int:
         with PostgresStore(url, clock=TickClock()) as store:
             for number in range(first, first + count):
-                run = f"run-{number}"
-                store.append_held(run, "run.start", payload={"n": number}, meta={"status": "running"}, new_run=True)
-                store.append_held(run, "effect", payload={"llm": number})
-                store.append(run, "effect.intent", payload={"send": number})
-                store.append(run, "effect.result", payload={"sent": number})
-                store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"})
+                record_run(store, number)
             # What the handle keeps between commits does not grow with the runs it ended.
             assert store._heads == {}
             return store.transactions
 
-    record_runs(0, 200)  # enough rows that a scan is the plan a join would get
-    calls_before, scans_before = _server_counts(url)
-    transactions = record_runs(200, 100)
-    calls_after, scans_after = _server_counts(url)
+    def taking_turns(first: int, count: int) -> int:
+        """Two handles, each committing between two commits of the other."""
+        with PostgresStore(url, clock=TickClock()) as one, PostgresStore(url, clock=TickClock()) as two:
+            for number in range(first, first + count, 2):
+                for _ in zip(steps(one, number), steps(two, number + 1), strict=True):
+                    pass
+            return one.transactions + two.transactions
+
+    alone(0, 200)  # enough rows that a scan is the plan a join would get
+    calls, scans = _server_counts(url)
+    transactions = alone(200, 100)
+    calls_alone, _ = _server_counts(url)
     assert transactions == 300
-    # A new handle's first two commits take the locked path: it learns the head there.
-    assert calls_after - calls_before == transactions - 2
-    grew = {name: scans_after[name] - scans_before.get(name, 0) for name in scans_after}
-    assert {name: count for name, count in grew.items() if count} == {}
+    assert _grown(calls_alone, calls) == {"tracelock_append": 298, "tracelock_append_entries": 2}
+    transactions = taking_turns(300, 100)
+    calls_turns, scans_turns = _server_counts(url)
+    assert _grown(calls_turns, calls_alone) == {"tracelock_append_entries": transactions}
+    assert _grown(scans_turns, scans) == {}
     with PostgresStore(url, read_only=True) as store:
-        check_journal(store, 1500)
+        check_journal(store, 2000)

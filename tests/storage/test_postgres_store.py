@@ -4,6 +4,7 @@ threads and processes, payloads, redaction, reopening, the schema version."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import itertools
 import json
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from tests.pg_server import Cluster, admin
 from tracelock import open_store
 from tracelock.cli.main import cli
-from tracelock.core.entry import ChainChecker, Entry
+from tracelock.core.entry import ChainChecker, Entry, build_entry
 from tracelock.core.merkle import (
     ProofRequestError,
     consistency_proof_from_leaves,
@@ -393,33 +394,50 @@ def test_a_store_of_an_older_schema_is_migrated_by_its_first_writer(pg_url: str)
         assert store.store_id == "old"
 
 
-def test_the_version_3_call_of_the_append_function_still_works(
-    pg_cluster: Cluster, pg_database: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_version_3_call_of_the_append_function_still_works(pg_url: str) -> None:
     """A process of an older tracelock, still running while a newer one migrates the store
-    (a rolling upgrade), calls the append function with a json batch: that version stays,
-    as a call of the new one, guess checks included."""
-    from tracelock.storage.postgres import store as pg_store
+    (a rolling upgrade), calls the version 3 append function: it stays, guess check
+    included. Its batch is made here as version 3's clients make it (migration 3)."""
+    with PostgresStore(pg_url, clock=Ticks()) as store:
+        store.append("new", "run.start", payload={"x": 1}, new_run=True)
+    start = build_entry(1, "old", 0, "run.start", None, None, 1_700_000_000_000, {"status": "running"})
+    batch = {
+        "p": [],
+        "e": [[1, "old", 0, base64.b64encode(start.line).decode(), leaf_hash(start.line).hex()]],
+        "u": [],
+        "n": [["old", None, None, "running", start.ts, start.ts, 1, 1, 1, start.hash, False]],
+    }
+    call = "SELECT tracelock_append(%s::bigint, %s::bigint, %s::json)"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            conn.execute(call, (0, 1, json.dumps(batch)))  # next_seq is 1 now: refused
+        conn.execute(call, (1, 2, json.dumps(batch)))
+    with PostgresStore(pg_url, clock=Ticks()) as store:
+        assert store.entries("old") == [start]
+        assert store.run_info("old").status == "running"
+        assert store.append("old", "run.end", meta={"status": "completed"}).seq == 2
+        assert_consistent(list(store.iter_entries()))
 
-    admin(pg_cluster, f"ALTER DATABASE {pg_database} SET track_functions = 'pl'")
-    pg_url = pg_cluster.url(pg_database)
-    monkeypatch.setattr(pg_store, "_APPEND_CALL", "SELECT tracelock_append(%b::bigint, %b::bigint, %b::json)")
-    with PostgresStore(pg_url, clock=Ticks()) as one, PostgresStore(pg_url, clock=Ticks()) as two:
-        written = [*record(one, "a"), *record(two, "b")]
-        written += record(one, "c")  # its guess of the head is stale: refused, then locked
-        assert_consistent(written)
-    with psycopg.connect(pg_url) as conn:
-        calls = dict(
-            conn.execute(
-                "SELECT pg_get_function_arguments(funcid), calls FROM pg_stat_user_functions "
-                "WHERE funcname = 'tracelock_append'"
-            ).fetchall()
+
+def test_a_server_that_numbers_entries_into_other_bytes_fails_the_handle(pg_url: str) -> None:
+    """The client checks the hash of the last entry the server built against its own: a
+    server whose append function builds other bytes (here, one that reports another hash)
+    fails the handle loudly instead of returning entries the store does not hold."""
+    with PostgresStore(pg_url, clock=Ticks()) as store:
+        store.append("setup", "run.start", new_run=True)
+    numbered = MIGRATIONS[3][-1]
+    assert "tail_hash := hashes[k];" in numbered
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        wrong = numbered.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION").replace(
+            "tail_hash := hashes[k];", "tail_hash := repeat('0', 64);"
         )
-    json_calls = calls.get("expect bigint, next bigint, batch json", 0)
-    assert json_calls >= 4  # each handle's commits after its first two
-    assert calls["expect bigint, next bigint, batch jsonb"] == json_calls
-    with PostgresStore(pg_url, read_only=True) as store:
-        assert list(store.iter_entries()) == written
+        conn.execute(wrong.encode())
+    with PostgresStore(pg_url, clock=Ticks()) as store:  # a new handle's first commit is numbered
+        with pytest.raises(StoreError, match="other than this handle built") as failed:
+            store.append("r", "run.start", new_run=True)
+        assert failed.value.code == "STORE_DURABILITY_FAILED"
+        with pytest.raises(StoreError, match="accepts no more work"):
+            store.append("q", "run.start", new_run=True)
 
 
 def test_a_handle_that_did_not_see_another_writer_falls_back_and_appends_in_order(pg_url: str) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "encode_entry",
     "entry_hash",
     "parse_entry",
+    "split_line",
     "valid_run_id",
 ]
 
@@ -203,6 +204,23 @@ def build_entry(
     # ``tuple.__new__`` directly: the named tuple's own ``__new__`` is a Python function, and
     # skipping that frame saves about a tenth of this function's cost outside the hash.
     return _new_tuple(Entry, (seq, run, i, kind, payload, prev, ts, meta or None, line, hashlib.sha256(line).hexdigest()))
+
+
+def split_line(entry: Entry) -> tuple[bytes, bytes, bytes]:
+    """The entry's line around the values of its ``prev`` and ``seq`` members: ``(a, b, c)``
+    with ``line == a + prev + b + seq + c``, where ``prev`` is that member's JSON text (a
+    quoted hash or ``null``) and ``seq`` its digits. A store that numbers entries where it
+    commits them (PostgreSQL's append function) builds the line from these. The top-level
+    members are the last of their names in the line: only ``run``, ``seq``, ``ts`` and ``v``
+    follow them, and none of those can hold a quote."""
+    line = entry.line
+    prev = b"null" if entry.prev is None else b'"' + entry.prev.encode() + b'"'
+    seq = str(entry.seq).encode()
+    at_prev = line.rindex(b',"prev":') + 8
+    at_seq = line.rindex(b',"seq":') + 7
+    if line[at_prev : at_prev + len(prev)] != prev or line[at_seq : at_seq + len(seq)] != seq:
+        raise EntryFormatError(f"entry {entry.seq} of run {entry.run!r} is not in its canonical layout")
+    return line[:at_prev], line[at_prev + len(prev) : at_seq], line[at_seq + len(seq) :]
 
 
 def entry_hash(line: bytes) -> str:

@@ -173,6 +173,70 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "BEGIN\n"
         "  PERFORM tracelock_append(expect, next, batch::jsonb);\n"
         "END $$",
+        # The append of this version: the server gives the batch its seq values, so a
+        # handle needs no guess of next_seq and several processes each append in one call
+        # (docs/storage-postgres.md, "How seq, i and prev are assigned"). The client builds
+        # each entry's line but for its prev and seq: e holds [run, i, prev, a, b, c] with
+        # the line a || prev || b || seq || c (a, b, c base64), prev the run's committed last
+        # hash (hex, checked here against its row: else serialization_failure), null for a
+        # run's first entry, or the index in e of the entry before it in this batch. u and n
+        # are version 3's run rows with batch indices in place of seq values and hashes:
+        # u [run, status, agent, updated_ts, last index, added entries, closed], n [run,
+        # agent, parent, status, started_ts, updated_ts, entries, first index, last index,
+        # closed]. p and l as in version 3. Returns the first seq and the last entry's hash.
+        "CREATE FUNCTION tracelock_append_entries(batch jsonb, OUT base_seq bigint, OUT tail_hash text)"
+        " LANGUAGE plpgsql AS $$\n"
+        "DECLARE row jsonb; held bigint; head record; k int := 0; entry_line bytea; prev_text text;\n"
+        "  hashes text[] := '{}'; seqs bigint[] := '{}'; runs text[] := '{}'; indexes bigint[] := '{}';\n"
+        "  lines bytea[] := '{}'; leaves bytea[] := '{}';\n"
+        "BEGIN\n"
+        "  SELECT next_seq INTO base_seq FROM tracelock_head WHERE id = 1 FOR UPDATE;\n"
+        "  IF batch ? 'l' THEN\n"
+        "    FOR row IN SELECT value FROM jsonb_array_elements(batch->'l') ORDER BY value->>0 LOOP\n"
+        "      SELECT token INTO held FROM tracelock_queue_leases WHERE run = row->>0 FOR SHARE;\n"
+        "      IF held IS DISTINCT FROM (row->>1)::bigint THEN\n"
+        "        RAISE EXCEPTION 'a queue lease changed hands' USING ERRCODE = 'serialization_failure';\n"
+        "      END IF;\n"
+        "    END LOOP;\n"
+        "  END IF;\n"
+        "  FOR row IN SELECT value FROM jsonb_array_elements(batch->'e') LOOP\n"
+        "    IF jsonb_typeof(row->2) = 'number' THEN\n"
+        "      prev_text := '\"' || hashes[(row->>2)::int + 1] || '\"';\n"
+        "    ELSIF jsonb_typeof(row->2) = 'string' THEN\n"
+        "      SELECT entries, last_hash, closed INTO head FROM tracelock_runs WHERE run = row->>0;\n"
+        "      IF NOT FOUND OR head.closed OR head.entries <> (row->>1)::bigint OR head.last_hash <> row->>2 THEN\n"
+        "        RAISE EXCEPTION 'run % moved on', row->>0 USING ERRCODE = 'serialization_failure';\n"
+        "      END IF;\n"
+        "      prev_text := '\"' || (row->>2) || '\"';\n"
+        "    ELSE\n"
+        "      prev_text := 'null';\n"
+        "    END IF;\n"
+        "    entry_line := decode(row->>3, 'base64') || convert_to(prev_text, 'UTF8') || decode(row->>4, 'base64')"
+        " || convert_to((base_seq + k)::text, 'UTF8') || decode(row->>5, 'base64');\n"
+        "    hashes := hashes || encode(sha256(entry_line), 'hex');\n"
+        "    seqs := seqs || (base_seq + k); runs := runs || (row->>0); indexes := indexes || (row->>1)::bigint;\n"
+        "    lines := lines || entry_line; leaves := leaves || sha256('\\x00'::bytea || entry_line);\n"
+        "    k := k + 1;\n"
+        "  END LOOP;\n"
+        "  INSERT INTO tracelock_payloads (hash, data, redacted)"
+        " SELECT decode(p->>0, 'hex'), decode(p->>1, 'base64'), p->>1 IS NULL"
+        " FROM jsonb_array_elements(batch->'p') AS p ON CONFLICT (hash) DO NOTHING;\n"
+        "  INSERT INTO tracelock_entries (seq, run, i, line, leaf)"
+        " SELECT * FROM unnest(seqs, runs, indexes, lines, leaves);\n"
+        "  FOR row IN SELECT value FROM jsonb_array_elements(batch->'u') LOOP\n"
+        "    UPDATE tracelock_runs SET status = COALESCE(row->>1, status), agent = COALESCE(agent, row->>2),"
+        " updated_ts = (row->>3)::bigint, last_seq = base_seq + (row->>4)::bigint,"
+        " entries = entries + (row->>5)::bigint, last_hash = hashes[(row->>4)::int + 1],"
+        " closed = (row->>6)::boolean WHERE run = row->>0;\n"
+        "  END LOOP;\n"
+        "  INSERT INTO tracelock_runs (run, agent, parent, status, started_ts, updated_ts, entries,"
+        " first_seq, last_seq, last_hash, closed)"
+        " SELECT n->>0, n->>1, n->>2, n->>3, (n->>4)::bigint, (n->>5)::bigint, (n->>6)::bigint,"
+        " base_seq + (n->>7)::bigint, base_seq + (n->>8)::bigint, hashes[(n->>8)::int + 1], (n->>9)::boolean"
+        " FROM jsonb_array_elements(batch->'n') AS n;\n"
+        "  UPDATE tracelock_head SET next_seq = base_seq + k WHERE id = 1;\n"
+        "  tail_hash := hashes[k];\n"
+        "END $$",
     ),
 )
 

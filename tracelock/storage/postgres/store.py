@@ -33,8 +33,10 @@ from tracelock.core.entry import (
     REDACTION_KIND,
     TERMINAL_KINDS,
     Entry,
+    build_entry,
     build_next,
     parse_entry,
+    split_line,
 )
 from tracelock.core.merkle import leaf_hash
 from tracelock.errors import TracelockError
@@ -128,8 +130,14 @@ _FRESH: Any = ("fresh",)
 HOLD_WINDOW_MS = 100
 
 
-#: The call of the append function, its parameters sent in binary.
-_APPEND_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::jsonb)"
+#: The calls of the append functions, their parameters sent in binary: entries numbered by
+#: the handle (valid while ``next_seq`` is still its guess), and entries the server numbers.
+_GUESSED_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::jsonb)"
+_NUMBERED_CALL = "SELECT base_seq, tail_hash FROM tracelock_append_entries(%b::jsonb)"
+
+#: How :meth:`PostgresStore._write` sends a batch: in a transaction that holds the writer
+#: lock, numbered on the handle's guess of ``next_seq``, or numbered by the server.
+_LOCKED, _GUESSED, _NUMBERED = "locked", "guessed", "numbered"
 
 
 def _closed_by_server(conn: Any) -> bool:
@@ -200,10 +208,12 @@ class PostgresStore:
         self._state_lock = threading.Lock()
         self._queue = CommitQueue(self._commit_batch)
         # What this handle's last append transaction left (used by its commit leader only):
-        # the next seq, and the heads of the runs it read or wrote then (see _write).
+        # the next seq, whether nobody else had appended since the one before (its next
+        # batch then guesses next_seq), and the heads of the open runs it read or wrote (a
+        # batch of those runs is built on them and sent in one call: see _write).
         self._tip: int | None = None
+        self._alone = False
         self._heads: dict[str, tuple[int, str] | None] = {}
-        self._speculate = False
         #: Called inside each append transaction for the runs this handle appends to under
         #: a queue lease (tracelock.storage.queue_backend): refuses a lost lease's appends.
         self.append_guard: AppendGuard | None = None
@@ -460,11 +470,16 @@ class PostgresStore:
         # The usual case, one call of the append function (server-side parameters, binary).
         # That call commits: a connection the server closed meanwhile (a restart) must be
         # found before it is sent, while a retry cannot commit twice.
-        tip = self._tip
-        if tip is not None and self._can_speculate(batch):
+        # Its entries are numbered on the handle's guess of next_seq while nobody else
+        # appends (the cheaper call); otherwise, or when the guess turns out wrong, by the
+        # server. Both check that the runs' heads this handle knows are still the heads.
+        if self._knows_heads(batch):
             if _closed_by_server(conn):
                 raise self._psycopg.OperationalError("the server closed this pooled connection")
-            if self._attempt(conn, conn.cursor(), batch, tip, self._heads, committing):
+            cur = conn.cursor()
+            if self._alone and self._tip is not None and self._attempt(conn, cur, batch, committing, _GUESSED):
+                return
+            if self._attempt(conn, cur, batch, committing, _NUMBERED):
                 return
         # Otherwise a client-side cursor sends each step as one simple query (the parameters
         # bound by the driver's own quoting): one round trip each. In READ COMMITTED each
@@ -481,7 +496,7 @@ class PostgresStore:
         cur.nextset()
         seq, known = self._observe(cur)
         self._fence(cur, batch, names)
-        self._write(cur, batch, seq, known, committing, locked=True)
+        self._write(cur, batch, seq, known, committing, _LOCKED)
 
     def _fence(self, cur: Any, batch: list[Request], names: list[str]) -> None:
         """Refuse (in this transaction, after the head row lock) the requests of runs this
@@ -495,55 +510,45 @@ class PostgresStore:
                 request.error = next(refused[item[0]] for item in request.items if item[0] in refused)
 
     def _observe(self, cur: Any) -> tuple[int, dict[str, tuple[int, str] | None]]:
-        """The head's ``next_seq`` and the batch's runs' heads from the current and next
-        result of ``cur``; remembered, and whether anyone appended since this handle's last
-        commit decides whether its next batch may build on what it knows."""
+        """The head's ``next_seq`` and the batch's runs' heads (remembered) from the current
+        and next result of ``cur``."""
         row = cur.fetchone()
         cur.nextset()
         known: dict[str, tuple[int, str] | None] = {
             str(name): None if closed else (int(count) - 1, str(last))
             for name, count, last, closed in cur.fetchall()
         }
-        seq = int(row[0])
-        alone = self._tip == seq
-        if not alone:
-            self._heads = {}
         self._remember(known)
-        self._tip = seq
-        self._speculate = alone
+        seq = int(row[0])
+        self._alone = seq == self._tip
         return seq, known
 
-    def _attempt(
-        self,
-        conn: Any,
-        cur: Any,
-        batch: list[Request],
-        seq: int,
-        known: dict[str, tuple[int, str] | None],
-        committing: list[bool],
-    ) -> bool:
-        """:meth:`_write` on heads known without holding the lock; False (nothing
-        committed) if another writer appended since."""
+    def _attempt(self, conn: Any, cur: Any, batch: list[Request], committing: list[bool], mode: str) -> bool:
+        """:meth:`_write` on the heads this handle knows, without holding the lock; False
+        (nothing committed) if the guess of ``next_seq`` (``_GUESSED``) or a head moved on
+        meanwhile."""
         errors = self._psycopg.errors
         try:
-            self._write(cur, batch, seq, known, committing, locked=False)
+            guess = self._tip if mode == _GUESSED else None
+            self._write(cur, batch, guess or 0, self._heads, committing, mode)
         except (errors.SerializationFailure, errors.UniqueViolation):
-            # Another writer appended since (or a run this batch starts exists already: a
+            # Another writer appended (to one of the batch's runs, for ``_NUMBERED``), or a
+            # queue lease changed hands (or a run this batch starts exists already: a
             # caller's new_run on a used id, which the locked path reports): the error rolled
             # the implicit transaction back, lock included, with nothing to flush.
             conn.rollback()
             committing[0] = False
-            self._forget()
+            self._alone = False
+            if mode == _NUMBERED:
+                self._forget()
             return False
         return True
 
-    def _can_speculate(self, batch: list[Request]) -> bool:
+    def _knows_heads(self, batch: list[Request]) -> bool:
         """Whether this batch may be sent in one round trip, built on the heads this handle
-        knows: its last transaction saw nobody else append, and it knows the head of every
-        run the batch appends to: the item starts a new run, or an earlier item of the batch
-        started it (a run's held start and first effects commit together)."""
-        if not self._speculate or self._tip is None:
-            return False
+        knows: it knows the head of every run the batch appends to, the item starts a new
+        run, or an earlier item of the batch started it (a run's held start and first
+        effects commit together)."""
         heads = self._heads
         started: set[str] = set()
         for request in batch:
@@ -556,7 +561,6 @@ class PostgresStore:
         return True
 
     def _forget(self) -> None:
-        self._speculate = False
         self._tip = None
         self._heads = {}
 
@@ -578,16 +582,18 @@ class PostgresStore:
         seq: int,
         known: dict[str, tuple[int, str] | None],
         committing: list[bool],
-        *,
-        locked: bool,
+        mode: str,
     ) -> None:
         """Build the batch's entries from ``seq`` on and send them with ``COMMIT``.
 
-        ``locked``: the transaction is open and holds the head row lock; the writes go as
-        statements of one simple query ending with ``COMMIT``. Otherwise the heads are what
-        this handle's last commit left, and everything goes in one call of
-        ``tracelock_append`` (one implicit transaction), which takes the lock and writes
-        only if ``next_seq`` is still ``seq`` (else it raises ``SerializationFailure``).
+        ``_LOCKED``: the transaction is open and holds the head row lock, ``seq`` is
+        ``next_seq``; the writes go as statements of one simple query ending with
+        ``COMMIT``. Otherwise ``known`` holds the heads this handle remembers and
+        everything goes in one call (one implicit transaction) that takes the lock:
+        ``_GUESSED``, ``seq`` is the handle's guess of ``next_seq`` and
+        ``tracelock_append`` writes only if it is right; ``_NUMBERED``, the entries are
+        built from ``seq`` 0 as stand-ins and ``tracelock_append_entries`` checks the
+        heads and numbers them. Either raises ``SerializationFailure`` when it refuses.
         """
         first = seq
         touched: dict[str, tuple[int, str] | None] = {}
@@ -611,21 +617,29 @@ class PostgresStore:
             built += out
             results.append((request, out))
         if not built:
-            if locked:
+            if mode == _LOCKED:
                 cur.execute(b"ROLLBACK")
             return
         updates, inserts = _run_rows(built, known)
         committing[0] = True
-        if locked:
+        guard = self.append_guard
+        leases = guard.tokens(touched) if guard is not None and mode != _LOCKED else {}
+        if mode == _LOCKED:
             self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
+            self._tip = seq
+        elif mode == _GUESSED:
+            self._call_guessed(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
+            self._tip = seq
         else:
-            guard = self.append_guard
-            leases = guard.tokens(touched) if guard is not None else {}
-            self._call_append(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
+            built = self._call_numbered(cur, built, payload_rows, updates, inserts, leases)
+            touched = {entry.run: None if entry.kind in TERMINAL_KINDS else (entry.i, entry.hash) for entry in built}
+            at = 0
+            for index, (request, out) in enumerate(results):
+                results[index] = (request, built[at : at + len(out)])
+                at += len(out)
         for request, out in results:
             request.result = out
         self._remember(touched)
-        self._tip = seq
 
     @staticmethod
     def _send_statements(
@@ -675,7 +689,7 @@ class PostgresStore:
         cur.execute("; ".join(statements), args)
 
     @staticmethod
-    def _call_append(
+    def _call_guessed(
         cur: Any,
         expect: int,
         next_seq: int,
@@ -694,7 +708,55 @@ class PostgresStore:
         }
         if leases:
             batch["l"] = sorted(leases.items())
-        cur.execute(_APPEND_CALL, (expect, next_seq, orjson.dumps(batch).decode()))
+        cur.execute(_GUESSED_CALL, (expect, next_seq, orjson.dumps(batch).decode()))
+
+    def _call_numbered(
+        self,
+        cur: Any,
+        built: list[Entry],
+        payload_rows: dict[bytes, bytes],
+        updates: list[tuple[Any, ...]],
+        inserts: list[tuple[Any, ...]],
+        leases: dict[str, int],
+    ) -> list[Entry]:
+        """One call of ``tracelock_append_entries`` (schema migration 4 documents its batch)
+        with ``built``, numbered from 0; returns them as numbered by the server. The server
+        built the same lines from the same parts: the last entry's hash, which chains every
+        entry of its run in the batch, is compared, and a difference fails the handle."""
+        rows: list[list[Any]] = []
+        last_at: dict[str, int] = {}
+        for index, entry in enumerate(built):
+            a, b, c = split_line(entry)
+            before = last_at.get(entry.run)
+            last_at[entry.run] = index
+            rows.append([entry.run, entry.i, entry.prev if before is None else before,
+                         b64encode(a).decode(), b64encode(b).decode(), b64encode(c).decode()])
+        batch: dict[str, Any] = {
+            "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
+            "e": rows,
+            # Version 3's run rows, less their hashes, with batch indices for seq values.
+            "u": [[run, status, agent, ts, last, count, closed] for run, status, agent, ts, last, count, _, closed in updates],
+            "n": [[*row[:9], row[10]] for row in inserts],
+        }
+        if leases:
+            batch["l"] = sorted(leases.items())
+        cur.execute(_NUMBERED_CALL, (orjson.dumps(batch).decode(),))
+        base, last_hash = cur.fetchone()
+        numbered: list[Entry] = []
+        for index, (entry, row) in enumerate(zip(built, rows, strict=True)):
+            prev = numbered[row[2]].hash if type(row[2]) is int else entry.prev
+            numbered.append(
+                build_entry(int(base) + index, entry.run, entry.i, entry.kind, entry.payload, prev, entry.ts, entry.meta)
+            )
+        self._alone = base == self._tip
+        self._tip = int(base) + len(numbered)
+        if numbered[-1].hash != last_hash:
+            self._failed = DurabilityError(
+                f"the server stored entries other than this handle built (last hash {last_hash}, "
+                f"expected {numbered[-1].hash}): this handle accepts no more work"
+            )
+            raise self._failed
+        return numbered
 
     @staticmethod
     def _build(
