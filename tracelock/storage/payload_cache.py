@@ -7,8 +7,8 @@ Two generations of plain dicts rather than a least-recently-used order: new loca
 the young dict; when it is full it becomes the old one and the old one is dropped, and a hit
 in the old one moves back to the young. Every operation is a dict operation; an LRU's
 per-insert eviction walked a linked list of cold nodes, which cost a writer of 40,000 runs
-about 2 µs per new payload once the cache had filled (measured, ``bench.runtime``'s
-workload). The cache holds the last ``generation`` to ``2 * generation`` locations.
+about 2 µs per new payload once the cache had filled (measured with the README's workload,
+docs/performance.md). The cache holds the last ``generation`` to ``2 * generation`` locations.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Two choices keep a long-lived writer's look-ups as cheap as a fresh one's:
   independent bits would, at 16 bits per item still well under 1%.
 - *Scalable*: when the newest stage holds as many digests as it was sized for, a stage of
   twice its size is added, and the older stages are only read. The filter never has to be
-  rebuilt from the index (a stall of seconds in a large store), and its false-positive
+  rebuilt from the index (a stall on an append that grows with the store), and its false-positive
   rate stays bounded however many payloads the writer adds.
 """
 

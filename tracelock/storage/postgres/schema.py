@@ -17,6 +17,25 @@ if TYPE_CHECKING:
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_schema"]
 
+# Parts of both append functions of migration 4 (published: never change them). In a
+# function's body, with ``batch`` its jsonb argument and ``row jsonb``, ``held bigint`` declared:
+# the queue leases' check (docs/storage-postgres.md), and the payload rows' insert.
+_LEASE_CHECK = (
+    "  IF batch ? 'l' THEN\n"
+    "    FOR row IN SELECT value FROM jsonb_array_elements(batch->'l') ORDER BY value->>0 LOOP\n"
+    "      SELECT token INTO held FROM tracelock_queue_leases WHERE run = row->>0 FOR SHARE;\n"
+    "      IF held IS DISTINCT FROM (row->>1)::bigint THEN\n"
+    "        RAISE EXCEPTION 'a queue lease changed hands' USING ERRCODE = 'serialization_failure';\n"
+    "      END IF;\n"
+    "    END LOOP;\n"
+    "  END IF;\n"
+)
+_PAYLOAD_INSERT = (
+    "  INSERT INTO tracelock_payloads (hash, data, redacted)"
+    " SELECT decode(p->>0, 'hex'), decode(p->>1, 'base64'), p->>1 IS NULL"
+    " FROM jsonb_array_elements(batch->'p') AS p ON CONFLICT (hash) DO NOTHING;\n"
+)
+
 #: Migration ``n`` (0-based) brings the schema from version ``n`` to ``n + 1``. Append only:
 #: a published migration never changes.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -142,17 +161,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "  IF head <> expect THEN\n"
         "    RAISE EXCEPTION 'next_seq is %, not %', head, expect USING ERRCODE = 'serialization_failure';\n"
         "  END IF;\n"
-        "  IF batch ? 'l' THEN\n"
-        "    FOR row IN SELECT value FROM jsonb_array_elements(batch->'l') ORDER BY value->>0 LOOP\n"
-        "      SELECT token INTO held FROM tracelock_queue_leases WHERE run = row->>0 FOR SHARE;\n"
-        "      IF held IS DISTINCT FROM (row->>1)::bigint THEN\n"
-        "        RAISE EXCEPTION 'a queue lease changed hands' USING ERRCODE = 'serialization_failure';\n"
-        "      END IF;\n"
-        "    END LOOP;\n"
-        "  END IF;\n"
-        "  INSERT INTO tracelock_payloads (hash, data, redacted)"
-        " SELECT decode(p->>0, 'hex'), decode(p->>1, 'base64'), p->>1 IS NULL"
-        " FROM jsonb_array_elements(batch->'p') AS p ON CONFLICT (hash) DO NOTHING;\n"
+        f"{_LEASE_CHECK}"
+        f"{_PAYLOAD_INSERT}"
         "  INSERT INTO tracelock_entries (seq, run, i, line, leaf)"
         " SELECT (e->>0)::bigint, e->>1, (e->>2)::bigint, decode(e->>3, 'base64'), decode(e->>4, 'hex')"
         " FROM jsonb_array_elements(batch->'e') AS e;\n"
@@ -191,14 +201,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "  lines bytea[] := '{}'; leaves bytea[] := '{}';\n"
         "BEGIN\n"
         "  SELECT next_seq INTO base_seq FROM tracelock_head WHERE id = 1 FOR UPDATE;\n"
-        "  IF batch ? 'l' THEN\n"
-        "    FOR row IN SELECT value FROM jsonb_array_elements(batch->'l') ORDER BY value->>0 LOOP\n"
-        "      SELECT token INTO held FROM tracelock_queue_leases WHERE run = row->>0 FOR SHARE;\n"
-        "      IF held IS DISTINCT FROM (row->>1)::bigint THEN\n"
-        "        RAISE EXCEPTION 'a queue lease changed hands' USING ERRCODE = 'serialization_failure';\n"
-        "      END IF;\n"
-        "    END LOOP;\n"
-        "  END IF;\n"
+        f"{_LEASE_CHECK}"
         "  FOR row IN SELECT value FROM jsonb_array_elements(batch->'e') LOOP\n"
         "    IF jsonb_typeof(row->2) = 'number' THEN\n"
         "      prev_text := '\"' || hashes[(row->>2)::int + 1] || '\"';\n"
@@ -218,9 +221,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "    lines := lines || entry_line; leaves := leaves || sha256('\\x00'::bytea || entry_line);\n"
         "    k := k + 1;\n"
         "  END LOOP;\n"
-        "  INSERT INTO tracelock_payloads (hash, data, redacted)"
-        " SELECT decode(p->>0, 'hex'), decode(p->>1, 'base64'), p->>1 IS NULL"
-        " FROM jsonb_array_elements(batch->'p') AS p ON CONFLICT (hash) DO NOTHING;\n"
+        f"{_PAYLOAD_INSERT}"
         "  INSERT INTO tracelock_entries (seq, run, i, line, leaf)"
         " SELECT * FROM unnest(seqs, runs, indexes, lines, leaves);\n"
         "  FOR row IN SELECT value FROM jsonb_array_elements(batch->'u') LOOP\n"

@@ -176,6 +176,21 @@ def _run_rows(entries: list[Entry], known: Container[str]) -> tuple[list[tuple[A
     return updates, inserts
 
 
+def _batch(
+    payload_rows: dict[bytes, bytes], entries: list[Any], updates: list[Any], inserts: list[Any], leases: dict[str, int]
+) -> str:
+    """The JSON argument of an append function (migration 3 documents its members)."""
+    batch: dict[str, Any] = {
+        "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
+        "e": entries,
+        "u": updates,
+        "n": inserts,
+    }
+    if leases:
+        batch["l"] = sorted(leases.items())
+    return orjson.dumps(batch).decode()
+
+
 def _ended(run: str) -> StoreError:
     return StoreError(f"run {run!r} has ended; nothing can be appended to it", details={"run": run})
 
@@ -700,15 +715,14 @@ class PostgresStore:
         leases: dict[str, int],
     ) -> None:
         """One call of ``tracelock_append`` (schema migrations 3 and 4; 3 documents ``batch``)."""
-        batch: dict[str, Any] = {
-            "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
-            "e": [[seq, run, i, b64encode(line).decode(), leaf.hex()] for seq, run, i, line, leaf in entry_rows],
-            "u": updates,
-            "n": inserts,
-        }
-        if leases:
-            batch["l"] = sorted(leases.items())
-        cur.execute(_GUESSED_CALL, (expect, next_seq, orjson.dumps(batch).decode()))
+        batch = _batch(
+            payload_rows,
+            [[seq, run, i, b64encode(line).decode(), leaf.hex()] for seq, run, i, line, leaf in entry_rows],
+            updates,
+            inserts,
+            leases,
+        )
+        cur.execute(_GUESSED_CALL, (expect, next_seq, batch))
 
     def _call_numbered(
         self,
@@ -731,16 +745,15 @@ class PostgresStore:
             last_at[entry.run] = index
             rows.append([entry.run, entry.i, entry.prev if before is None else before,
                          b64encode(a).decode(), b64encode(b).decode(), b64encode(c).decode()])
-        batch: dict[str, Any] = {
-            "p": [[digest.hex(), b64encode(data).decode() if data else None] for digest, data in payload_rows.items()],
-            "e": rows,
+        batch = _batch(
+            payload_rows,
+            rows,
             # Version 3's run rows, less their hashes, with batch indices for seq values.
-            "u": [[run, status, agent, ts, last, count, closed] for run, status, agent, ts, last, count, _, closed in updates],
-            "n": [[*row[:9], row[10]] for row in inserts],
-        }
-        if leases:
-            batch["l"] = sorted(leases.items())
-        cur.execute(_NUMBERED_CALL, (orjson.dumps(batch).decode(),))
+            [[run, status, agent, ts, last, count, closed] for run, status, agent, ts, last, count, _, closed in updates],
+            [[*row[:9], row[10]] for row in inserts],
+            leases,
+        )
+        cur.execute(_NUMBERED_CALL, (batch,))
         base, last_hash = cur.fetchone()
         numbered: list[Entry] = []
         for index, (entry, row) in enumerate(zip(built, rows, strict=True)):
