@@ -440,11 +440,42 @@ def test_a_server_that_numbers_entries_into_other_bytes_fails_the_handle(pg_url:
             store.append("q", "run.start", new_run=True)
 
 
+def test_the_server_numbers_a_batch_that_interleaves_runs(pg_url: str, tmp_path: Path) -> None:
+    """A handle that is not alone has the server number its batch: runs it knows (their
+    committed head checked there), a run the batch starts, entries whose prev is an entry of
+    the same batch, interleaved. The lines are the directory store's for the same appends."""
+    pg_entries: list[Entry] = []
+    with PostgresStore(pg_url, clock=Ticks()) as one, PostgresStore(pg_url, clock=Ticks()) as two:
+        pg_entries.append(one.append("a", "run.start", payload={"a": 0}, new_run=True))
+        pg_entries.append(two.append("other", "run.start", new_run=True))  # one is not alone now
+        assert not one._alone
+        batch = [
+            NewEntry("a", "effect", {"a": 1}),
+            NewEntry("b", "run.start", {"b": 0}, {"agent": "x", "status": "running"}, True),
+            NewEntry("a", "effect", {"a": 2}),
+            NewEntry("b", "run.end", {"b": 1}, {"status": "completed"}),
+            NewEntry("a", "effect", None, {"note": ',"seq":1,"prev":null'}),
+        ]
+        pg_entries += one.append_many(batch)
+        assert list(one.iter_entries()) == pg_entries
+        assert one.run_info("b").status == "completed" and one.run_info("a").entries == 4
+    # The same calls from one handle, reading the clock as the two handles did (once a call).
+    readings = iter([entry.ts for entry in pg_entries[:3]])
+    with DirectoryStore(tmp_path / "d", clock=lambda: next(readings)) as directory:
+        directory.append("a", "run.start", payload={"a": 0}, new_run=True)
+        directory.append("other", "run.start", new_run=True)
+        directory_entries = list(directory.iter_entries())
+        directory_entries += directory.append_many(batch)
+    assert [entry.line for entry in pg_entries] == [entry.line for entry in directory_entries]
+    assert_consistent(pg_entries)
+
+
 def test_a_handle_that_did_not_see_another_writer_falls_back_and_appends_in_order(pg_url: str) -> None:
     with PostgresStore(pg_url, clock=Ticks()) as one, PostgresStore(pg_url, clock=Ticks()) as two:
         written = [one.append("r", "run.start", new_run=True)]
-        # Each handle's guess (the head its last commit left) is wrong every other time: the
-        # append function refuses it without writing, and the locked path appends instead.
+        # What each handle knows of run r's head is wrong every other time (the other one
+        # appended to it since): the append functions refuse it without writing, and the
+        # locked path appends instead.
         for number in range(6):
             handle = one if number % 2 else two
             written.append(handle.append("r", "effect", payload={"n": number}))
