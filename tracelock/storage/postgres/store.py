@@ -544,8 +544,8 @@ class PostgresStore:
         meanwhile."""
         errors = self._psycopg.errors
         try:
-            guess = self._tip if mode == _GUESSED else None
-            self._write(cur, batch, guess or 0, self._heads, committing, mode)
+            first = self._tip if mode == _GUESSED and self._tip is not None else 0
+            self._write(cur, batch, first, self._heads, committing, mode)
         except (errors.SerializationFailure, errors.UniqueViolation):
             # Another writer appended (to one of the batch's runs, for ``_NUMBERED``), or a
             # queue lease changed hands (or a run this batch starts exists already: a
@@ -613,14 +613,13 @@ class PostgresStore:
         first = seq
         touched: dict[str, tuple[int, str] | None] = {}
         payload_rows: dict[bytes, bytes] = {}
-        entry_rows: list[tuple[int, str, int, bytes, bytes]] = []
         built: list[Entry] = []
         results: list[tuple[Request, list[Entry]]] = []
         for request in batch:
             if request.error is not None:
                 continue
             try:
-                out, rows, own_touched, own_payloads = self._build(request, seq, known, touched)
+                out, own_touched, own_payloads = self._build(request, seq, known, touched)
             except TracelockError as exc:  # an invalid item: this call fails, the others go on
                 request.error = exc
                 continue
@@ -628,7 +627,6 @@ class PostgresStore:
             touched.update(own_touched)
             for digest, data in own_payloads.items():
                 payload_rows.setdefault(digest, data)
-            entry_rows += rows
             built += out
             results.append((request, out))
         if not built:
@@ -639,19 +637,23 @@ class PostgresStore:
         committing[0] = True
         guard = self.append_guard
         leases = guard.tokens(touched) if guard is not None and mode != _LOCKED else {}
-        if mode == _LOCKED:
-            self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
-            self._tip = seq
-        elif mode == _GUESSED:
-            self._call_guessed(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
-            self._tip = seq
-        else:
+        if mode == _NUMBERED:
             built = self._call_numbered(cur, built, payload_rows, updates, inserts, leases)
+            self._alone = built[0].seq == self._tip
+            seq = built[-1].seq + 1
             touched = {entry.run: None if entry.kind in TERMINAL_KINDS else (entry.i, entry.hash) for entry in built}
             at = 0
             for index, (request, out) in enumerate(results):
                 results[index] = (request, built[at : at + len(out)])
                 at += len(out)
+        else:
+            # The rows of the entries as built here (numbered from next_seq or the guess).
+            entry_rows = [(entry.seq, entry.run, entry.i, entry.line, leaf_hash(entry.line)) for entry in built]
+            if mode == _LOCKED:
+                self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
+            else:
+                self._call_guessed(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
+        self._tip = seq
         for request, out in results:
             request.result = out
         self._remember(touched)
@@ -761,8 +763,6 @@ class PostgresStore:
             numbered.append(
                 build_entry(int(base) + index, entry.run, entry.i, entry.kind, entry.payload, prev, entry.ts, entry.meta)
             )
-        self._alone = base == self._tip
-        self._tip = int(base) + len(numbered)
         if numbered[-1].hash != last_hash:
             self._failed = DurabilityError(
                 f"the server stored entries other than this handle built (last hash {last_hash}, "
@@ -777,14 +777,13 @@ class PostgresStore:
         seq: int,
         known: dict[str, tuple[int, str] | None],
         touched: dict[str, tuple[int, str] | None],
-    ) -> tuple[list[Entry], list[tuple[int, str, int, bytes, bytes]], dict[str, tuple[int, str] | None], dict[bytes, bytes]]:
+    ) -> tuple[list[Entry], dict[str, tuple[int, str] | None], dict[bytes, bytes]]:
         """The entries of one request from ``seq`` on, given the runs' committed heads
         (``known``) and the heads the batch's earlier requests left (``touched``). Raises
         for an invalid item, with nothing of the request kept."""
         ts = request.ts
         own: dict[str, tuple[int, str] | None] = {}
         payloads: dict[bytes, bytes] = {}
-        rows: list[tuple[int, str, int, bytes, bytes]] = []
         out: list[Entry] = []
         for (run, kind, _, meta, new_run), stored in zip(request.items, request.prepared, strict=True):
             payload_hex = None
@@ -803,11 +802,10 @@ class PostgresStore:
                 if head is _FRESH:
                     head = None
             entry = build_next(seq, run, head, kind, payload_hex, ts, meta)
-            rows.append((seq, run, entry.i, entry.line, leaf_hash(entry.line)))
             own[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
             out.append(entry)
             seq += 1
-        return out, rows, own, payloads
+        return out, own, payloads
 
     def catch_up(self) -> None:
         """Nothing to do: every read sees every committed transaction."""
