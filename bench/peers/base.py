@@ -1,9 +1,9 @@
 """What every compared system provides to the harness.
 
-A system is timed in the harness's own process (:meth:`System.open`, :meth:`System.run`,
-:meth:`System.close`), and tested for crashes and code changes in child processes
-(:meth:`System.child_run`, :meth:`System.child_recover`, :meth:`System.child_replay`), which
-receive the system's app module as imported from a scratch directory (see ``apps/``).
+A system is timed in a process of its own (``bench.peers.worker`` calls :meth:`System.open`,
+:meth:`System.run` and :meth:`System.close` there), and tested for crashes and code changes
+in child processes (:meth:`System.child_run`, :meth:`System.child_recover`,
+:meth:`System.child_replay`), which receive the system's app module as imported from a scratch directory (see ``apps/``).
 """
 
 from __future__ import annotations

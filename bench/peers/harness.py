@@ -1,7 +1,9 @@
 """The side-by-side benchmark: tracelock and the systems users would pick instead, on the same
-3-effect workload, in one process, interleaved.
+3-effect workload, each in a process of its own, interleaved.
 
-1. Timing. Every available system opens a fresh store in a temporary directory, runs a few
+1. Timing. Every available system gets a process of its own (``bench.peers.worker``: users run
+   one of them per process, and in a shared one each system's threads and garbage collections
+   land in the others' figures), opens a fresh store in a temporary directory, runs a few
    warm-up runs, then all of them take turns, batch by batch (the order rotating each round),
    so that machine noise hits all alike. Each run is sequential and durable when it returns.
    Per system: p50, p99, mean, runs per second, bytes on disk per run, syncs per run (counted
@@ -37,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from bench.peers import apps
 from bench.peers.apps import effects
 from bench.peers.base import DBOS_PINNED_VERSION_ENV, System, tree_bytes
 from bench.peers.systems import DISTRIBUTIONS, MODULES, TITLES, load_system
+from bench.peers.worker import Worker, WorkerFailed
 from bench.stats import percentile
 from bench.syncs import BUILD, preloaded_count, probe
 
@@ -93,73 +95,75 @@ def load_all(keys: list[str]) -> tuple[dict[str, System], dict[str, str]]:
 def time_systems(
     systems: dict[str, System], runs: int, batch: int, warmup: int, scratch: Path
 ) -> tuple[dict[str, list[float]], dict[str, Any], dict[str, str]]:
-    """Interleaved timed runs. Returns per-system samples (seconds), per-system facts, and
-    the systems that failed along the way with the reason."""
+    """Interleaved timed runs, each system in a process of its own (``bench.peers.worker``).
+    Returns per-system samples (seconds), per-system facts, and the systems that failed along
+    the way with the reason."""
     samples: dict[str, list[float]] = {}
     facts: dict[str, Any] = {}
     failed: dict[str, str] = {}
     roots: dict[str, Path] = {}
+    workers: dict[str, Worker] = {}
     active: list[str] = []
-    for key, system in systems.items():
-        root = scratch / key
-        root.mkdir()
-        try:
-            system.open(root)
-            for extra in range(warmup):
-                output = system.run(runs + extra)
-            expected = workload.plain_python(workload.task(runs + warmup - 1))
-            facts[key] = {"same_output_as_plain": output == expected, "warmup": warmup}
-        except Exception as exc:
-            failed[key] = f"setup failed: {type(exc).__name__}: {exc}"
-            log(f"peers: {key} {failed[key]}\n{traceback.format_exc()}")
-            continue
-        roots[key] = root
-        samples[key] = []
-        active.append(key)
-    rounds = math.ceil(runs / batch)
-    floor: list[float] = []
-    syncs: dict[str, int] = {}
-    clock = time.perf_counter
-    started = clock()
-    for round_number in range(rounds):
-        numbers = range(round_number * batch, min(runs, (round_number + 1) * batch))
-        shift = round_number % max(1, len(active))
-        for key in active[shift:] + active[:shift]:
-            if key in failed:
-                continue
-            run, own = systems[key].run, samples[key]
-            synced = preloaded_count()
+    try:
+        for key in systems:
+            root = scratch / key
+            root.mkdir()
+            workers[key] = Worker(key, root)
             try:
-                for number in numbers:
-                    before = clock()
-                    run(number)
-                    own.append(clock() - before)
+                facts[key] = workers[key].call("open", runs, warmup)
+            except WorkerFailed as exc:
+                failed[key] = f"setup failed: {exc}"
+                log(f"peers: {key} {failed[key]}")
+                continue
+            roots[key] = root
+            samples[key] = []
+            active.append(key)
+        rounds = math.ceil(runs / batch)
+        floor: list[float] = []
+        syncs: dict[str, int] = {}
+        started = time.perf_counter()
+        for round_number in range(rounds):
+            first, stop = round_number * batch, min(runs, (round_number + 1) * batch)
+            shift = round_number % max(1, len(active))
+            for key in active[shift:] + active[:shift]:
+                if key in failed:
+                    continue
+                try:
+                    own, synced = workers[key].call("batch", first, stop)
+                except WorkerFailed as exc:
+                    samples[key] += exc.partial or []
+                    failed[key] = str(exc)
+                    log(f"peers: {key} {failed[key]}")
+                    continue
+                samples[key] += own
                 if synced is not None:
-                    syncs[key] = syncs.get(key, 0) + (preloaded_count() or 0) - synced
-            except Exception as exc:
-                failed[key] = f"run {len(own)} failed: {type(exc).__name__}: {exc}"
-                log(f"peers: {key} {failed[key]}\n{traceback.format_exc()}")
-        floor += probe(scratch, 10)
-        if rounds >= 10 and (round_number + 1) % (rounds // 10) == 0:
-            log(f"peers: {round_number + 1}/{rounds} rounds ({clock() - started:.0f} s)")
-    facts["sync_floor"] = {**summary(floor), "probes": len(floor)}
-    for key, count in syncs.items():
-        facts[key]["syncs_per_run"] = round(count / max(1, len(samples[key])), 2)
+                    syncs[key] = syncs.get(key, 0) + synced
+            floor += probe(scratch, 10)
+            if rounds >= 10 and (round_number + 1) % (rounds // 10) == 0:
+                log(f"peers: {round_number + 1}/{rounds} rounds ({time.perf_counter() - started:.0f} s)")
+        facts["sync_floor"] = {**summary(floor), "probes": len(floor)}
+        for key, count in syncs.items():
+            facts[key]["syncs_per_run"] = round(count / max(1, len(samples[key])), 2)
+        for key in active:
+            if key not in failed:
+                facts[key]["pass_p50_us"] = pass_p50s(samples[key], runs)
+        if "tracelock" in active and "tracelock" not in failed:
+            try:
+                replays, matched = workers["tracelock"].call("replay", runs)
+            except WorkerFailed as exc:
+                failed["tracelock"] = f"replay failed: {exc}"
+            else:
+                facts["tracelock"]["replay"] = {**summary(replays), "matched": matched, "runs": len(replays)}
+                samples["tracelock replay"] = replays
+        for key in active:
+            try:
+                workers[key].call("close")
+            except WorkerFailed as exc:
+                log(f"peers: closing {key} failed: {exc}")
+    finally:
+        for worker in workers.values():
+            worker.stop()
     for key in active:
-        if key not in failed:
-            facts[key]["pass_p50_us"] = pass_p50s(samples[key], runs)
-    if "tracelock" in active and "tracelock" not in failed:
-        tracelock = systems["tracelock"]
-        replays, matched = tracelock.replay_all(runs)  # type: ignore[attr-defined]
-        facts["tracelock"]["replay"] = summary(replays)
-        facts["tracelock"]["replay"]["matched"] = matched
-        facts["tracelock"]["replay"]["runs"] = len(replays)
-        samples["tracelock replay"] = replays
-    for key in active:
-        try:
-            systems[key].close()
-        except Exception as exc:
-            log(f"peers: closing {key} failed: {type(exc).__name__}: {exc}")
         done = len(samples[key]) + facts[key]["warmup"]
         facts[key]["stored_bytes"] = tree_bytes(roots[key])
         store = roots[key] / systems[key].store_subdir
