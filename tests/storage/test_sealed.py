@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.storage import sealed
 from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.errors import PayloadRedactedError
+from tracelock.storage.errors import PayloadRedactedError, SegmentCorruptError
 from tracelock.storage.journal_file import data_end
 from tracelock.storage.sealed import (
     FRAME_BYTES,
@@ -801,3 +802,27 @@ def _ranges(store_dir: Path) -> list[tuple[int, int]]:
 def _segment_range(path: Path) -> tuple[int, int]:
     segment = decode_segment(path, path.read_bytes())[0]
     return segment.start, segment.end
+
+
+def test_a_header_counting_more_frames_than_the_file_holds_fails_the_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frame count is read before the table: a damaged one (here 2**32 - 1 frames, a
+    16 GiB table) fails the open as the damage it is, and is never read."""
+    store_dir = tmp_path / "store"
+    _sealed_store(store_dir)
+    victim = _segments(store_dir)[1]
+    blob = bytearray(victim.read_bytes())
+    struct.pack_into("<I", blob, 28, 0xFFFFFFFF)  # magic 8, start 8, end 8, frame size 4, count
+    victim.write_bytes(bytes(blob))
+    asked: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        asked.append(length)
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(sealed.os, "pread", pread)
+    with pytest.raises(SegmentCorruptError, match="frames cannot hold"):
+        DirectoryStore(store_dir, read_only=True)
+    assert asked and max(asked) < 1 << 20  # not the table the count implies
