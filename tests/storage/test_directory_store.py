@@ -240,6 +240,33 @@ def test_missing_payload_and_unknown_run(store: DirectoryStore) -> None:
         store.run_info("nope")
 
 
+def _indexed_runs(store_dir: Path) -> dict[str, int]:
+    """The runs the index file holds, with their entry counts, read beside the store."""
+    with sqlite3.connect(f"file:{store_dir / 'index.sqlite'}?mode=ro", uri=True) as db:
+        return dict(db.execute("SELECT run, entries FROM runs").fetchall())
+
+
+def test_a_run_s_info_waits_for_no_other_run_s_index_rows(tmp_path: Path) -> None:
+    """The info of a run with nothing pending is read as the index holds it, which is
+    current: other runs' rows wait for their batch (a runtime asks for the admin chain's
+    info every quarter second, and indexing everything first cost whichever run asked a
+    flush of up to a batch). A run with rows pending is indexed first, as before."""
+    store_dir = tmp_path / "store"
+    with DirectoryStore(store_dir) as store:
+        store.append("quiet", "run.start", payload={"n": 0}, meta={"status": "running"}, new_run=True)
+        assert store.run_info("quiet").entries == 1  # pending: indexed by the ask
+        for step in range(5):
+            store.append("busy", "effect", payload={"step": step}, durable=False)
+        before = _indexed_runs(store_dir)
+        assert before == {"quiet": 1}
+        info = store.run_info("quiet")
+        assert (info.entries, info.last_seq) == (1, 0)
+        assert _indexed_runs(store_dir) == before  # busy's rows still wait
+        busy = store.run_info("busy")
+        assert (busy.entries, busy.first_seq, busy.last_seq) == (5, 1, 5)
+        assert _indexed_runs(store_dir) == {"quiet": 1, "busy": 5}
+
+
 def test_group_commit_shares_fsyncs(store: DirectoryStore) -> None:
     barrier = threading.Barrier(8)
     per_thread = 50

@@ -160,13 +160,15 @@ _SPOT_CHECK = 64
 
 class _PendingIndex:
     """Records already queued to the journal whose index rows have not reached SQLite yet:
-    (end offset, (entry, offset)) and (end offset, payload row)."""
+    (end offset, (entry, offset)) and (end offset, payload row); and the runs of those
+    entries (a superset between flushes: a partial flush recomputes it)."""
 
-    __slots__ = ("entries", "payloads")
+    __slots__ = ("entries", "payloads", "runs")
 
     def __init__(self) -> None:
         self.entries: list[tuple[int, tuple[Entry, int]]] = []
         self.payloads: list[tuple[int, IndexedPayload]] = []
+        self.runs: set[str] = set()
 
 
 class DirectoryStore:
@@ -509,6 +511,7 @@ class DirectoryStore:
             self._remember_payload(digest, at, length)
         self._pending.entries += rows
         self._pending.payloads += payload_rows
+        self._pending.runs.update(entry.run for _, (entry, _) in rows)
         self._next_seq = checker.next_seq
         # A repair synced the cut; otherwise the mark says what the others synced.
         durable = end if len(self._repairs) > repaired else min(synced or 0, end)
@@ -1253,6 +1256,7 @@ class DirectoryStore:
             pending.payloads.append((offset, payload_row))
         entries = pending.entries
         entries.append((end, (entry, offset)))
+        pending.runs.add(run)
         if kind in TERMINAL_KINDS:
             heads.pop(run, None)
             self._closed_here.add(run)
@@ -1322,6 +1326,7 @@ class DirectoryStore:
         pending = self._pending
         pending.payloads += payload_rows
         pending.entries += entry_rows
+        pending.runs.update(touched)
         for run, head in touched.items():
             if head is None:
                 heads.pop(run, None)
@@ -1438,6 +1443,7 @@ class DirectoryStore:
             pending.payloads[cut_payloads - 1][0] if cut_payloads else 0,
         )
         del pending.entries[:cut_entries], pending.payloads[:cut_payloads]
+        pending.runs = {entry.run for _, (entry, _) in pending.entries}
         with self._index_lock:
             self._add_rows(entries, payloads, journal_end)
         self._indexed_end = journal_end
@@ -1564,6 +1570,14 @@ class DirectoryStore:
             return  # nothing appended since the last read: the index is current
         self._flush_index()
 
+    def _pending_of(self, run: str) -> bool:
+        """Whether an entry of ``run`` (this handle's, or another process's it caught up
+        with) is queued or written but not indexed yet. A read-only handle has none."""
+        if self._log is None:
+            return False
+        with self._lock:
+            return run in self._pending.runs
+
     def catch_up(self) -> None:
         """Read what other processes appended, under the writer lock as an append does, and
         index it, so that this handle's next reads see it (a queue worker taking a run over
@@ -1603,7 +1617,16 @@ class DirectoryStore:
             )
 
     def run_info(self, run: str) -> RunInfo:
-        self._prepare_read()
+        if self._pending_of(run):
+            self._prepare_read()
+        else:
+            # The run's index row already says all this handle knows of it: the rows of
+            # other runs wait for their batch. (A runtime asks for the admin chain's info
+            # every quarter second; indexing everything pending first made that ask cost a
+            # flush of up to a batch, 1-8 ms, on whichever run made it.)
+            self._check_open()
+            if self._sealed is not None:
+                self._sealed.begin_read()
         with self._index_lock:
             row = self._index.run(run)
             full = self._index.run_row(run)

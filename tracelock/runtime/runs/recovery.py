@@ -80,6 +80,10 @@ def recover_runs(
     agents, or are stuck). Runs waiting on a human, or approved, are not being executed by
     anyone and are continued as usual."""
     report = RecoveryReport(repairs=[repair.to_dict() for repair in runtime.store.repairs])
+    # The statuses decided on are the journal's as it is now: what other processes (or other
+    # handles of this one) appended may not be in the shared index yet, which they fill in
+    # batches.
+    runtime.store.catch_up()
     unfinished = [info for info in runtime.store.runs() if info.status not in TERMINAL_STATES]
     others = [] if force else others_present(runtime.store, runtime._presence)
     if others:
