@@ -2,11 +2,12 @@
 
 Systems are timed in separate processes, not side by side in the harness's, because users run
 one of them per process: in a shared interpreter one system's background threads (DBOS starts
-several) take the GIL from another's run while it waits for a sync, and a garbage collection
-triggered by one system's objects walks every system's. Both show in the others' figures (in
-one process with DBOS and LangGraph, tracelock's p99 was three times its p99 alone). The
-harness still makes the systems take turns, one batch at a time, so the machine's noise falls
-on all alike; a worker waiting for its turn blocks on its pipe.
+several) could take the GIL from another's run while it waits for a sync, and a garbage
+collection triggered by one system's objects walks every system's. (In full passes the
+figures barely moved: tracelock's p50 was 378 us shared, 370 us alone; its p99 then, 5 ms,
+was its own, see docs/performance.md.) The harness still makes the systems take turns, one
+batch at a time, so the machine's noise falls on all alike; a worker waiting for its turn
+blocks on its pipe.
 
 Messages are tuples sent over a :func:`multiprocessing.Pipe`; every answer is
 ``("ok", value)`` or ``("failed", message, value)`` (``value``: what was done before the
