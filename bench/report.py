@@ -107,7 +107,7 @@ def render_peers(figures: dict[str, Any], plot: Path | None = PEERS_PLOT) -> str
         "to its run and tool settings left at their defaults; one run after another, each durable when "
         "it returns. *Syncs per run*: the calls that made data durable (`fsync`, `fdatasync`, "
         "`pwritev2` with `RWF_DSYNC`, ...) during the timed runs themselves, counted by a library "
-        "preloaded into the benchmark's process (`bench/peers/synccount/`). *Floor*: one small overwrite + "
+        "preloaded into each system's process (`bench/peers/synccount/`). *Floor*: one small overwrite + "
         "`fdatasync` on the same disk, probed between the rounds of this pass; *p50 ÷ floor* is the p50 "
         "over its syncs per run times that floor (1.0 would be all sync, no software). Ratios to "
         "tracelock are ranges over five consecutive groups of rounds (same run numbers in every "
