@@ -4,6 +4,10 @@ both backends, while the new holder's appends go on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import pytest
 
 from tracelock.runtime.queue.backends import queue_for
@@ -19,11 +23,21 @@ class Clock:
         return self.now
 
 
-def test_a_lost_lease_refuses_every_append_of_the_old_holder(location: str) -> None:
-    clock = Clock()
+@contextmanager
+def two_workers(location: str, clock: Clock) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """Two handles of one store, each with its queue: (first, second, queue_a, queue_b)."""
     first, second = open_store(location), open_store(location)
     try:
-        queue_a, queue_b = queue_for(first, clock_ms=clock), queue_for(second, clock_ms=clock)
+        yield first, second, queue_for(first, clock_ms=clock), queue_for(second, clock_ms=clock)
+    finally:
+        for store in (first, second):
+            queue_for(store).close()
+            store.close()
+
+
+def test_a_lost_lease_refuses_every_append_of_the_old_holder(location: str) -> None:
+    clock = Clock()
+    with two_workers(location, clock) as (first, second, queue_a, queue_b):
         queue_a.enqueue("r1", "default", "m:f", b"{}", None)
         [held] = queue_a.claim(["default"], "A", 1, 100, None)
         queue_a.fences.hold("r1", held.token)
@@ -54,10 +68,6 @@ def test_a_lost_lease_refuses_every_append_of_the_old_holder(location: str) -> N
             first.append("r1", "effect", payload={"n": 4})
         kinds = [(entry.kind, entry.payload) for entry in second.entries("r1")]
         assert [kind for kind, _ in kinds] == ["run.start", "effect", "run.end"]
-    finally:
-        for store in (first, second):
-            queue_for(store).close()
-            store.close()
 
 
 def test_a_handed_back_run_refuses_its_old_token(location: str) -> None:
@@ -86,9 +96,7 @@ def test_the_one_call_append_refuses_a_lease_that_changed_hands(pg_url: str) -> 
     import time
 
     clock = Clock()
-    first, second = open_store(pg_url), open_store(pg_url)
-    try:
-        queue_a, queue_b = queue_for(first, clock_ms=clock), queue_for(second, clock_ms=clock)
+    with two_workers(pg_url, clock) as (first, second, queue_a, queue_b):
         queue_a.enqueue("r3", "default", "m:f", b"{}", None)
         [held] = queue_a.claim(["default"], "A", 1, 100, None)
         queue_a.fences.hold("r3", held.token)
@@ -102,7 +110,3 @@ def test_the_one_call_append_refuses_a_lease_that_changed_hands(pg_url: str) -> 
             first.append("r3", "effect", payload={"n": 3})
         second.append("r3", "effect", payload={"n": 4})
         assert len(second.entries("r3")) == 4  # the refused append left nothing
-    finally:
-        for store in (first, second):
-            queue_for(store).close()
-            store.close()

@@ -1559,7 +1559,11 @@ class DirectoryStore:
         return location[0]
 
     # -- reading -----------------------------------------------------------------------
-    def _prepare_read(self) -> None:
+    def _prepare_read(self, run: str | None = None) -> None:
+        """Index what this handle has pending before a read; for a read of one ``run``'s
+        index row, only if an entry of that run is pending (other runs' rows wait for their
+        batch: a runtime asks for the admin chain's info every quarter second, and indexing
+        everything first cost whichever run asked a flush of up to a batch, 1-8 ms)."""
         self._check_open()
         if self._sealed is not None:
             self._sealed.begin_read()
@@ -1568,15 +1572,11 @@ class DirectoryStore:
             log.queued_end == log.written_end and not self._pending.entries and not self._pending.payloads
         ):
             return  # nothing appended since the last read: the index is current
+        if run is not None:
+            with self._lock:
+                if run not in self._pending.runs:
+                    return
         self._flush_index()
-
-    def _pending_of(self, run: str) -> bool:
-        """Whether an entry of ``run`` (this handle's, or another process's it caught up
-        with) is queued or written but not indexed yet. A read-only handle has none."""
-        if self._log is None:
-            return False
-        with self._lock:
-            return run in self._pending.runs
 
     def catch_up(self) -> None:
         """Read what other processes appended, under the writer lock as an append does, and
@@ -1617,16 +1617,7 @@ class DirectoryStore:
             )
 
     def run_info(self, run: str) -> RunInfo:
-        if self._pending_of(run):
-            self._prepare_read()
-        else:
-            # The run's index row already says all this handle knows of it: the rows of
-            # other runs wait for their batch. (A runtime asks for the admin chain's info
-            # every quarter second; indexing everything pending first made that ask cost a
-            # flush of up to a batch, 1-8 ms, on whichever run made it.)
-            self._check_open()
-            if self._sealed is not None:
-                self._sealed.begin_read()
+        self._prepare_read(run)
         with self._index_lock:
             row = self._index.run(run)
             full = self._index.run_row(run)
