@@ -12,7 +12,7 @@ import json
 import sys
 
 #: Benchmark modules run by ``python -m bench``, in order.
-MODULES = ["canonical", "journal", "runtime", "recovery", "merkle", "scan", "evidence", "capture", "adapters", "mcp", "ui"]
+MODULES = ["canonical", "journal", "runtime", "bound", "recovery", "merkle", "scan", "evidence", "capture", "adapters", "mcp", "ui"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,52 @@ def test_group_commit_shares_fsyncs(store: DirectoryStore) -> None:
         thread.join()
     assert store.size() == 8 * per_thread
     assert store.sync_count - before < 8 * per_thread
+    report = verify_store(store)
+    assert report.ok, report.issue
+
+
+def test_unsynced_appends_during_another_thread_s_sync_queue_behind_it(
+    store: DirectoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unsynced append writes at once only when no other thread writes or syncs. During a
+    sync it queues behind it without holding the handle: a third thread's append is built
+    and queued meanwhile too, and one more sync covers both."""
+    # Written, not synced: the next durable append then syncs with fdatasync (after a sync,
+    # it would write with RWF_DSYNC instead).
+    store.append("warm", "effect", durable=False)
+    syncing, release = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def held_sync(fd: int) -> None:
+        syncing.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held_sync)
+    log = store._log  # the queue of bytes not written yet: what this test watches
+    assert log is not None
+    durable = threading.Thread(target=store.append, args=("a", "effect"))
+    durable.start()
+    assert syncing.wait(10)
+    queued = log.queued_end
+    late = [
+        threading.Thread(target=store.append, args=(run, "effect"), kwargs={"durable": False})
+        for run in ("b", "c")
+    ]
+    try:
+        for thread in late:
+            thread.start()
+        deadline = time.monotonic() + 5
+        while log.queued_end == queued or len(log._pending) < 2:
+            assert time.monotonic() < deadline, "an unsynced append blocked the other while a sync ran"
+            time.sleep(0.001)
+    finally:
+        monkeypatch.setattr(os, "fdatasync", real)
+        release.set()
+    for thread in [durable, *late]:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert [entry.run for entry in store.entries("b") + store.entries("c")] == ["b", "c"]
     report = verify_store(store)
     assert report.ok, report.issue
 

@@ -1116,10 +1116,14 @@ class DirectoryStore:
         durable: bool = True,
         new_run: bool = False,
     ) -> Entry:
-        return self._settle(self._enqueue(((run, kind, payload, meta, new_run),)), durable)[0]
+        out, end, backlog, done = self._enqueue(((run, kind, payload, meta, new_run),), write=not durable)
+        if done:
+            return out[0]
+        return self._settle(out, end, backlog, durable)[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
-        return self._settle(self._enqueue(items), durable)
+        out, end, backlog, _ = self._enqueue(items)
+        return self._settle(out, end, backlog, durable)
 
     def append_held(
         self,
@@ -1133,8 +1137,7 @@ class DirectoryStore:
         """Written at once, like ``append(..., durable=False)``: a write costs no flush here."""
         return self.append(run, kind, payload=payload, meta=meta, durable=False, new_run=new_run).ts
 
-    def _settle(self, queued: tuple[list[Entry], int, bool], durable: bool) -> list[Entry]:
-        out, end, backlog = queued
+    def _settle(self, out: list[Entry], end: int, backlog: bool, durable: bool) -> list[Entry]:
         log = self._writer()
         if durable:
             log.wait_durable(end)
@@ -1159,7 +1162,7 @@ class DirectoryStore:
         """:meth:`append` (durable) for a coroutine, to be awaited: concurrent tasks of one
         event loop share each ``fdatasync`` (see ``GroupCommitLog.durable_future``). The
         entry is queued when this is called; the await returns it once it is durable."""
-        out, end, backlog = self._enqueue(((run, kind, payload, meta, new_run),))
+        out, end, backlog, _ = self._enqueue(((run, kind, payload, meta, new_run),))
         if backlog:
             self._flush_index()  # the rows of bytes already written (not yet this entry's)
         log = self._log
@@ -1168,14 +1171,19 @@ class DirectoryStore:
 
     def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
         """:meth:`append_many` (durable) for a coroutine, like :meth:`append_async`."""
-        out, end, backlog = self._enqueue(items)
+        out, end, backlog, _ = self._enqueue(items)
         if backlog:
             self._flush_index()
         return self._writer().durable_future(end, out)
 
-    def _enqueue(self, items: Sequence[_Item]) -> tuple[list[Entry], int, bool]:
-        """Build the entries and queue their bytes; return them, the queue's end, and
-        whether enough index rows are pending to be worth a flush.
+    def _enqueue(self, items: Sequence[_Item], *, write: bool = False) -> tuple[list[Entry], int, bool, bool]:
+        """Build the entries and queue their bytes; return them, the queue's end, whether
+        enough index rows are pending to be worth a flush, and whether the commit is over.
+
+        ``write`` (an append without a sync, most of a run's entries): when no other thread
+        writes or syncs, the entry is built, written and the writer lock let go in this one
+        hold of ``_lock`` (the commit is then over); otherwise its bytes only queue, and the
+        caller settles them as any append's, without holding the handle meanwhile.
 
         All or nothing: the handle's state (sequence, run heads, payload cache, pending
         index rows) changes only once every entry of the batch is built, so a bad item
@@ -1186,41 +1194,42 @@ class DirectoryStore:
         as ``(entry, offset)`` pairs, and the bytes go to the log as one buffer.
         """
         log = self._writer()
-        sha256 = hashlib.sha256
-        prepared: list[tuple[bytes, bytes] | None] = []
-        for _, _, payload, _, _ in items:
-            if payload is NO_PAYLOAD:
-                prepared.append(None)
-            elif type(payload) is RedactedPayload:
-                prepared.append((b"", bytes.fromhex(payload.digest)))
-            else:
-                data = dumps(payload)
-                prepared.append((data, sha256(data).digest()))
+        prepared = [_prepared(item[2]) for item in items]
         with self._lock:
             if self._closed:
                 self._check_open()  # raises
             if not self._held:
                 self._hold_locked()
             try:
-                guard = self.append_guard
-                if guard is not None:
-                    runs = [item[0] for item in items]
-                    if guard.guards(runs):
-                        refused = guard.refused(None, runs)  # under the writer lock
-                        if refused:
-                            raise next(iter(refused.values()))
-                if len(items) == 1:
-                    return self._build_one(items[0], prepared[0], log)
-                return self._build_locked(items, prepared, log)
+                self._check_guard(items)
+                if len(items) > 1:
+                    return *self._build_locked(items, prepared, log), False
+                out, end, backlog, written = self._build_one(items[0], prepared[0], log, write=write)
             except BaseException:
                 self._release_if_idle_locked()  # nothing of this call was queued
                 raise
+            done = written and not backlog
+            if done:
+                self._release_if_idle_locked()
+            return out, end, backlog, done
+
+    def _check_guard(self, items: Sequence[_Item]) -> None:
+        """Raise what the append guard refuses of these items' runs. Holds the writer lock."""
+        guard = self.append_guard
+        if guard is not None:
+            runs = [item[0] for item in items]
+            if guard.guards(runs):
+                refused = guard.refused(None, runs)  # under the writer lock
+                if refused:
+                    raise next(iter(refused.values()))
 
     def _build_one(
-        self, item: _Item, stored: tuple[bytes, bytes] | None, log: GroupCommitLog
-    ) -> tuple[list[Entry], int, bool]:
+        self, item: _Item, stored: tuple[bytes, bytes] | None, log: GroupCommitLog, *, write: bool
+    ) -> tuple[list[Entry], int, bool, bool]:
         """:meth:`_build_locked` for a batch of one entry (every single append): the same
-        checks, bytes and effects, without the batch's bookkeeping."""
+        checks, bytes and effects, without the batch's bookkeeping. ``write``: write the
+        bytes at once when the log is idle (:meth:`GroupCommitLog.append_written`); the last
+        value returned says whether they were."""
         run, kind, _, meta, new_run = item
         ts = self._clock()
         seq = self._next_seq
@@ -1247,7 +1256,11 @@ class DirectoryStore:
         entry = build_next(seq, run, head, kind, payload_hex, ts, meta)
         line = entry.line
         end = offset + len(line) + 1
-        start = log.enqueue(record + line + _NEWLINE if record else line + _NEWLINE)
+        data = record + line + _NEWLINE if record else line + _NEWLINE
+        if write:
+            start, written = log.append_written(data)
+        else:
+            start, written = log.enqueue(data), False
         assert start == base, "journal offsets diverged from the queue"
         self._next_seq = seq + 1
         pending = self._pending
@@ -1263,7 +1276,7 @@ class DirectoryStore:
         else:
             heads[run] = (entry.i, entry.hash)
         # The queue's end: every enqueue happens under ``_lock``, which this holds.
-        return [entry], end, len(entries) >= _INDEX_BATCH
+        return [entry], end, len(entries) >= _INDEX_BATCH, written
 
     def _build_locked(
         self, items: Sequence[_Item], prepared: list[tuple[bytes, bytes] | None], log: GroupCommitLog
@@ -1900,6 +1913,17 @@ class DirectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prepared(payload: Any) -> tuple[bytes, bytes] | None:
+    """A payload's canonical bytes and SHA-256 (computed before the append takes any lock);
+    empty bytes for a redacted one; None without a payload."""
+    if payload is NO_PAYLOAD:
+        return None
+    if type(payload) is RedactedPayload:
+        return b"", bytes.fromhex(payload.digest)
+    data = dumps(payload)
+    return data, hashlib.sha256(data).digest()
 
 
 def _ended(run: str) -> StoreError:

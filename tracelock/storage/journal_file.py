@@ -267,6 +267,28 @@ class GroupCommitLog:
             self._drain(sync=False, target=None)
         return start
 
+    def append_written(self, data: bytes) -> tuple[int, bool]:
+        """:meth:`enqueue` then :meth:`flush` in one step when nobody is writing or syncing:
+        ``data`` is written at once, under the mutex. Returns the offset it starts at, and
+        whether it was written; when another caller leads a write or a sync, it is only
+        queued, and the caller flushes (without holding locks that the leader's waiters need)."""
+        with self._mutex:
+            if self._error is not None or self._closed:
+                self._check()  # raises
+            start = self._queued_end
+            if self._leading or self._pending:
+                self._pending.append(data)
+                self._pending_bytes += len(data)
+                self._queued_end += len(data)
+                return start, False
+            try:
+                self._write_at(data, start)
+            except OSError as exc:
+                self._error = _durability_error(exc, "write")
+                raise self._error from None
+            self._queued_end = self._written_end = start + len(data)
+            return start, True
+
     def wait_durable(self, end: int | None = None) -> None:
         """Return once every byte before ``end`` (default: all queued bytes) is on disk."""
         self._drain(sync=True, target=end)
