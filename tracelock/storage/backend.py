@@ -17,13 +17,24 @@ so that the same run produces the same entries, hashes and fingerprint on any ba
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from tracelock.core.canonical import dumps
 from tracelock.core.entry import Entry
 
-__all__ = ["NO_PAYLOAD", "NewEntry", "RedactedPayload", "Repair", "RunInfo", "Store", "StoreFootprint"]
+__all__ = [
+    "NO_PAYLOAD",
+    "NewEntry",
+    "RedactedPayload",
+    "Repair",
+    "RunInfo",
+    "Store",
+    "StoreFootprint",
+    "stored_payload",
+]
 
 
 class _NoPayload:
@@ -41,6 +52,18 @@ class RedactedPayload(NamedTuple):
     carry a redacted payload over without its bytes)."""
 
     digest: str
+
+
+def stored_payload(payload: Any) -> tuple[bytes, bytes] | None:
+    """What a store keeps of an appended payload: its canonical bytes and their SHA-256
+    (empty bytes and the named digest for a :class:`RedactedPayload`); None for
+    :data:`NO_PAYLOAD`. Both backends compute it in the caller's thread, before any lock."""
+    if payload is NO_PAYLOAD:
+        return None
+    if type(payload) is RedactedPayload:
+        return b"", bytes.fromhex(payload.digest)
+    data = dumps(payload)
+    return data, hashlib.sha256(data).digest()
 
 
 class NewEntry(NamedTuple):

@@ -80,10 +80,10 @@ from tracelock.core.merkle import leaf_hash
 from tracelock.storage.backend import (
     NO_PAYLOAD,
     NewEntry,
-    RedactedPayload,
     Repair,
     RunInfo,
     StoreFootprint,
+    stored_payload,
 )
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.disk_usage import store_parts
@@ -1194,7 +1194,7 @@ class DirectoryStore:
         as ``(entry, offset)`` pairs, and the bytes go to the log as one buffer.
         """
         log = self._writer()
-        prepared = [_prepared(item[2]) for item in items]
+        prepared = [stored_payload(item[2]) for item in items]
         with self._lock:
             if self._closed:
                 self._check_open()  # raises
@@ -1913,17 +1913,6 @@ class DirectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _prepared(payload: Any) -> tuple[bytes, bytes] | None:
-    """A payload's canonical bytes and SHA-256 (computed before the append takes any lock);
-    empty bytes for a redacted one; None without a payload."""
-    if payload is NO_PAYLOAD:
-        return None
-    if type(payload) is RedactedPayload:
-        return b"", bytes.fromhex(payload.digest)
-    data = dumps(payload)
-    return data, hashlib.sha256(data).digest()
 
 
 def _ended(run: str) -> StoreError:

@@ -30,6 +30,7 @@ __all__ = ["PayloadFilter"]
 _PROBES = struct.Struct(">IHHH")
 _BLOCK_BYTES = 64
 _BLOCK_BITS = _BLOCK_BYTES * 8
+_BIT_IN_BLOCK = _BLOCK_BITS - 1  # a probe's bit within its block
 _BITS_PER_ITEM = 16
 _MIN_BLOCKS = 1 << 14  # 1 MiB: small stores get a filter with room to grow
 
@@ -58,9 +59,9 @@ class PayloadFilter:
         block, p, q, r = _PROBES.unpack_from(digest)
         base = (block & stage.block_mask) * _BLOCK_BYTES
         bits = stage.bits
-        p &= 511
-        q &= 511
-        r &= 511
+        p &= _BIT_IN_BLOCK
+        q &= _BIT_IN_BLOCK
+        r &= _BIT_IN_BLOCK
         bits[base + (p >> 3)] |= 1 << (p & 7)
         bits[base + (q >> 3)] |= 1 << (q & 7)
         bits[base + (r >> 3)] |= 1 << (r & 7)
@@ -72,9 +73,9 @@ class PayloadFilter:
     def may_contain(self, digest: bytes) -> bool:
         # Written out (no inner loop, no generator): it runs for every new payload appended.
         block, p, q, r = _PROBES.unpack_from(digest)
-        p &= 511
-        q &= 511
-        r &= 511
+        p &= _BIT_IN_BLOCK
+        q &= _BIT_IN_BLOCK
+        r &= _BIT_IN_BLOCK
         for stage in self._stages:
             bits = stage.bits
             base = (block & stage.block_mask) * _BLOCK_BYTES

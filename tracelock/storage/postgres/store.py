@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import orjson
 
-from tracelock.core.canonical import dumps
 from tracelock.core.entry import (
     ADMIN_RUN,
     REDACTION_KIND,
@@ -43,10 +42,10 @@ from tracelock.errors import TracelockError
 from tracelock.storage.backend import (
     NO_PAYLOAD,
     NewEntry,
-    RedactedPayload,
     Repair,
     RunInfo,
     StoreFootprint,
+    stored_payload,
 )
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.errors import (
@@ -405,17 +404,7 @@ class PostgresStore:
         """An append call's request, with its payloads canonicalized and hashed here, in
         the caller's thread, before it queues."""
         self._writer_check()
-        sha256 = hashlib.sha256
-        prepared: list[tuple[bytes, bytes] | None] = []
-        for _, _, payload, _, _ in items:
-            if payload is NO_PAYLOAD:
-                prepared.append(None)
-            elif type(payload) is RedactedPayload:
-                prepared.append((b"", bytes.fromhex(payload.digest)))
-            else:
-                data = dumps(payload)
-                prepared.append((data, sha256(data).digest()))
-        return Request(items, prepared)
+        return Request(items, [stored_payload(item[2]) for item in items])
 
     def _commit_batch(self, batch: list[Request]) -> None:
         """Append the requests of ``batch`` in one transaction, each all or nothing.
