@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.runtime.runtime_helpers import Ids, allow, record_of, runtime_at
+from tracelock.core.fingerprint import value_hash
 from tracelock.runtime.provenance.code import code_identity
 from tracelock.runtime.provenance.identity import (
     current_engine,
@@ -24,7 +25,9 @@ from tracelock.runtime.provenance.record import (
     Provenance,
     describe_differences,
     differences,
+    unchanged,
 )
+from tracelock.runtime.records import load_run
 from tracelock.runtime.replay.compare import run_difference
 from tracelock.runtime.tools.toolkit import Toolkit
 
@@ -233,3 +236,20 @@ def test_a_fork_under_an_id_the_store_holds_is_refused(tmp_path: Path, project: 
         with pytest.raises(RunExistsError):
             fork_run(runtime, parent, 0, module.agent, new_run_id=parent)
         assert runtime.store.size() == size  # nothing was appended to the parent's chain
+
+
+def test_a_replay_compares_provenance_by_hash_first(tmp_path: Path, project: dict[str, Any]) -> None:
+    """``runtime.replay`` reads a run with its provenance named by hash: when it is the
+    current one's, the report says nothing changed, exactly as comparing the two documents
+    does; when it is not, the recorded document is read and compared."""
+    module = project["module"]
+    with runtime_at(tmp_path, allow("lookup"), toolkits=(module.kit,), provenance=Provenance(engine("0.3.0"))) as runtime:
+        run = runtime.run(module.agent, {"key": "ab"}).run_id
+        document = record_of(runtime, run).start["provenance"]
+        assert unchanged() == differences(document, document)
+        assert runtime.replay(run, module.agent).provenance == unchanged()
+        assert load_run(runtime.store, run, provenance=False).start["provenance"] == value_hash(document)
+    with runtime_at(tmp_path, allow("lookup"), toolkits=(module.kit,), provenance=Provenance(engine("0.3.1"))) as newer:
+        report = newer.replay(run, module.agent)
+    assert report.provenance is not None and report.provenance != unchanged()
+    assert report.provenance == differences(document, newer.provenance.document(module.agent, newer.toolkit))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -542,3 +543,41 @@ def test_store_json_is_created_with_the_mode_of_the_stores_other_files(tmp_path:
     DirectoryStore(path).close()
     assert (path / "store.json").stat().st_mode & 0o777 == (path / "journal.log").stat().st_mode & 0o777
     assert not list(path.glob("store.json.*"))  # no temporary name left behind
+
+
+@pytest.mark.parametrize("seal_bytes", [None, 512])
+def test_a_run_s_payloads_read_together_are_each_checked(tmp_path: Path, seal_bytes: int | None) -> None:
+    """After ``entries(run)``, ``get_payloads_bytes`` reads the run's payload records in one
+    read (journal or sealed segment): it returns what reading them one by one returns,
+    leaves out a redacted one, and fails on one whose bytes no longer match its hash."""
+    path = tmp_path / "s"
+    documents = [{"n": n, "text": "x" * (40 + n)} for n in range(4)]
+    with DirectoryStore(path, seal_bytes=seal_bytes) as store:
+        for n in range(3):  # other runs' records before and after: the read is a run's own
+            store.append(f"other-{n}", "run.start", payload={"other": n})
+        digests = [
+            store.append("r", "effect" if n else "run.start", payload=doc).payload for n, doc in enumerate(documents)
+        ]
+        store.append("other-9", "run.start", payload={"other": 9})
+        gone = digests[2]
+        assert gone is not None
+        store.append(ADMIN_RUN, REDACTION_KIND, meta={"payload": gone, "reason": "test"})
+        assert store.erase_payload(gone)
+        store.append("r", "run.end", payload={"end": True})
+    present = [digest for digest in digests if digest is not None and digest != gone]
+    with DirectoryStore(path, read_only=True) as reader:
+        assert len(reader.entries("r")) == 5
+        together = reader.get_payloads_bytes([*digests, "0" * 64])  # type: ignore[list-item]
+        assert together == {digest: reader.get_payload_bytes(digest) for digest in present}
+        assert [json.loads(together[digest]) for digest in present] == [documents[0], documents[1], documents[3]]
+    if seal_bytes is not None:
+        assert any((path / "sealed").iterdir())  # the run's records were read from a segment
+        return
+    journal = path / "journal.log"
+    data = journal.read_bytes()
+    at = data.index(b'"text":"' + b"x" * 41)
+    journal.write_bytes(data[:at] + b'"text":"y' + data[at + 9 :])
+    with DirectoryStore(path, read_only=True) as reader:
+        reader.entries("r")
+        with pytest.raises(StoreError, match="does not match its hash"):
+            reader.get_payloads_bytes(present)

@@ -241,6 +241,12 @@ ENTRY_LINE = _LINE = re.compile(
 )
 
 
+#: Meta texts already found canonical (a pure function of the bytes): most entries of a
+#: store share a few (``{"status":"completed"}``...), and checking one re-serializes it.
+_CANONICAL_METAS: set[bytes] = set()
+_CANONICAL_METAS_KEPT = 4096
+
+
 def parse_entry(line: bytes) -> Entry:
     """Parse one journal line (without newline) and check it is a canonical v1 entry."""
     match = _LINE.fullmatch(line)
@@ -260,12 +266,16 @@ def parse_entry(line: bytes) -> Entry:
             meta = orjson.loads(meta_text)
         except orjson.JSONDecodeError as exc:
             raise EntryFormatError(f"meta is not JSON: {exc}") from None
-        try:
-            canonical = isinstance(meta, dict) and bool(meta) and dumps(meta) == meta_text
-        except CanonicalError as exc:  # e.g. an integer outside the I-JSON range
-            raise EntryFormatError(f"meta cannot be canonical: {exc.message}") from None
-        if not canonical:
-            raise EntryFormatError("meta must be a non-empty object in canonical form")
+        if meta_text not in _CANONICAL_METAS:
+            try:
+                canonical = isinstance(meta, dict) and bool(meta) and dumps(meta) == meta_text
+            except CanonicalError as exc:  # e.g. an integer outside the I-JSON range
+                raise EntryFormatError(f"meta cannot be canonical: {exc.message}") from None
+            if not canonical:
+                raise EntryFormatError("meta must be a non-empty object in canonical form")
+            if len(_CANONICAL_METAS) >= _CANONICAL_METAS_KEPT:
+                _CANONICAL_METAS.clear()
+            _CANONICAL_METAS.add(meta_text)
     return Entry(
         seq,
         run.decode("ascii"),

@@ -199,21 +199,28 @@ def _redaction_copy(store: Store, digest: str) -> dict[str, Any] | None:
     return None
 
 
+def provenance_document(store: Store, digest: str) -> Any:
+    """The ``provenance.register`` document a run's start names by hash; None when the
+    store no longer has it (redacted or missing; a damaged one raises)."""
+    try:
+        return store.get_payload(digest)
+    except (PayloadRedactedError, PayloadMissingError):
+        return None
+
+
 def _with_provenance(store: Store, start: dict[str, Any]) -> dict[str, Any]:
     """A start document whose ``provenance`` names a ``provenance.register`` document by
     hash, with the document in its place (None when the store no longer has it)."""
     digest = start.get("provenance")
     if not isinstance(digest, str):
         return start
-    try:  # one read: a redacted or missing document is None (a damaged one raises)
-        document = store.get_payload(digest)
-    except (PayloadRedactedError, PayloadMissingError):
-        document = None
-    return {**start, "provenance": document}
+    return {**start, "provenance": provenance_document(store, digest)}
 
 
-def load_run(store: Store, run_id: str) -> RunRecord:
-    """Read a run's entries and payloads into a :class:`RunRecord`."""
+def load_run(store: Store, run_id: str, *, provenance: bool = True) -> RunRecord:
+    """Read a run's entries and payloads into a :class:`RunRecord`. ``provenance=False``
+    leaves the start's ``provenance`` as the hash it names (a replay on this store compares
+    that hash with the current one first, and reads the document only when they differ)."""
     entries = store.entries(run_id)
     record = RunRecord(run_id=run_id, start={}, status="created", entries=entries)
     present = store.get_payloads_bytes([entry.payload for entry in entries if entry.payload is not None])
@@ -223,7 +230,10 @@ def load_run(store: Store, run_id: str) -> RunRecord:
         if entry.kind not in (START, STATE, END) and isinstance(doc, dict) and "__tracelock__" in doc:
             pass  # a wholly redacted (or missing) payload: nothing to index it by
         elif entry.kind == START:
-            record.start = _with_provenance(store, doc) if isinstance(doc, dict) else {}
+            if not isinstance(doc, dict):
+                record.start = {}
+            else:
+                record.start = _with_provenance(store, doc) if provenance else doc
         elif entry.kind == EFFECT:
             record.effects[doc["step"]] = _expand(doc)
         elif entry.kind == INTENT:

@@ -234,7 +234,7 @@ class DirectoryStore:
         #: that located its entries gave them: reading a run then costs the same whatever
         #: the store's size and whatever the payload cache holds (a miss there would cost a
         #: query, and a filter built from every payload of the store).
-        self._run_payloads: dict[bytes, tuple[int, int]] = {}
+        self._run_payloads: dict[str, tuple[int, int]] = {}
         self._tail_fragment: tuple[int, int] | None = None
         self._sealed: SealedJournal | None = None  # ``_file`` when it reads sealed segments
         #: (offset, reason) of the first damaged record a read-only open stopped at.
@@ -1653,9 +1653,7 @@ class DirectoryStore:
         assert spots is not None  # _payloads_problem checked it
         # A location of length 0 is one the index has no row for: looked up as any other.
         self._run_payloads = {
-            bytes.fromhex(entry.payload): spot
-            for entry, spot in zip(entries, spots, strict=True)
-            if entry.payload and spot and spot[1]
+            entry.payload: spot for entry, spot in zip(entries, spots, strict=True) if entry.payload and spot and spot[1]
         }
         return entries
 
@@ -1790,7 +1788,7 @@ class DirectoryStore:
             return "present"
         return "missing"
 
-    def _run_payload_record(self, digest: bytes) -> tuple[int, bytes] | None:
+    def _run_payload_record(self, digest: str) -> tuple[int, bytes] | None:
         """(offset, record) of a payload of the run read last, checked as one whole record of
         that payload, in one read; None when it is not one of them or the index lacks it."""
         location = self._run_payloads.get(digest)
@@ -1798,17 +1796,9 @@ class DirectoryStore:
             return None
         offset, length = location
         before = 1 if offset else 0
-        raw = self._file.pread(length + 1 + before, offset - before)
-        record = raw[before : before + length]
-        if (
-            length <= 66
-            or len(raw) != length + 1 + before
-            or raw[:before] != _NEWLINE[:before]
-            or raw[-1:] != _NEWLINE
-            or record[:1] not in (b"=", b"-")
-            or record[1:66] != digest.hex().encode() + b" "
-        ):
-            raise self._tampered(_misplaced_payload(digest, offset, length))
+        record = _whole_record(self._file.pread(length + 1 + before, offset - before), before, length, digest.encode())
+        if record is None:
+            raise self._tampered(_misplaced_payload(bytes.fromhex(digest), offset, length))
         return offset, record
 
     def get_payload_bytes(self, digest: str) -> bytes:
@@ -1816,13 +1806,49 @@ class DirectoryStore:
         return self._payload_bytes(digest)
 
     def get_payloads_bytes(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """A run's payloads lie close together in the journal: those this handle can locate
+        without the index (its cache, the run read last) are read in one read when they fit
+        in :data:`_BATCH_READ_BYTES`, each checked as one whole record of its payload; any
+        other, or one that fails that check, takes :meth:`_payload_bytes` (which says what
+        is wrong with it)."""
         self._prepare_read()
         found: dict[str, bytes] = {}
+        for digest, record in self._nearby_payload_records(digests):
+            if record[:1] == b"=" and hashlib.sha256(record[66:]).hexdigest() == digest:
+                found[digest] = record[66:]
         for digest in digests:
             if digest not in found:
                 with contextlib.suppress(PayloadRedactedError, PayloadMissingError):
                     found[digest] = self._payload_bytes(digest)
         return found
+
+    def _nearby_payload_records(self, digests: Sequence[str]) -> list[tuple[str, bytes]]:
+        """(digest, whole record) of those of ``digests`` located from memory, read
+        together; none when fewer than two are, or they lie too far apart."""
+        spots: list[tuple[str, int, int]] = []
+        run_payloads = self._run_payloads
+        with self._lock:
+            cache = self._payloads
+            for digest in dict.fromkeys(digests):
+                location = run_payloads.get(digest) or cache.get(bytes.fromhex(digest))
+                if location is not None:
+                    spots.append((digest, *location))
+        if len(spots) < 2:
+            return []
+        low = min(offset for _, offset, _ in spots)
+        high = max(offset + length for _, offset, length in spots)
+        base = low - 1 if low else 0
+        if high + 1 - base > _BATCH_READ_BYTES:
+            return []
+        block = self._file.pread(high + 1 - base, base)
+        out = []
+        for digest, offset, length in spots:
+            before = 1 if offset else 0
+            start = offset - before - base
+            record = _whole_record(block[start : start + length + 1 + before], before, length, digest.encode())
+            if record is not None:
+                out.append((digest, record))
+        return out
 
     def _payload_bytes(self, digest: str) -> bytes:
         """:meth:`get_payload_bytes` once the read is prepared."""
@@ -1834,7 +1860,7 @@ class DirectoryStore:
             cached = self._payloads.get(raw)
         found = None if cached is None else (cached[0], self._file.pread(cached[1], cached[0]))
         if found is None:
-            found = self._run_payload_record(raw)
+            found = self._run_payload_record(digest)
         if found is None:
             with self._lock:
                 location = self._payload_location(raw, reading=True)
@@ -1917,6 +1943,24 @@ class DirectoryStore:
 
 def _ended(run: str) -> StoreError:
     return StoreError(f"run {run!r} has ended; nothing can be appended to it", details={"run": run})
+
+
+def _whole_record(raw: bytes, before: int, length: int, digest: bytes) -> bytes | None:
+    """The payload record of ``digest`` (lowercase hex, ASCII) in ``raw`` (its ``length``
+    bytes, after ``before`` bytes that must be a newline, and followed by one), or None when
+    ``raw`` is not exactly one whole record of that payload."""
+    record = raw[before : before + length]
+    if (
+        length <= 66
+        or len(raw) != length + 1 + before
+        or raw[:before] != _NEWLINE[:before]
+        or raw[-1:] != _NEWLINE
+        or record[:1] not in (b"=", b"-")
+        or record[65:66] != b" "
+        or record[1:65] != digest
+    ):
+        return None
+    return record
 
 
 def _misplaced_payload(digest: bytes, offset: int, length: int) -> str:

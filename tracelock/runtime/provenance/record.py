@@ -25,7 +25,7 @@ from tracelock.runtime.provenance.code import code_identity, module_differences
 from tracelock.runtime.provenance.identity import current_engine, engine_differences
 from tracelock.runtime.tools.toolkit import Toolkit
 
-__all__ = ["Provenance", "NO_PROVENANCE", "differences", "describe_differences"]
+__all__ = ["Provenance", "NO_PROVENANCE", "differences", "unchanged", "describe_differences"]
 
 
 def _module_of(func: Callable[..., Any]) -> str | None:
@@ -105,6 +105,12 @@ def differences(recorded: Any, current: Any) -> dict[str, Any]:
         "modules": module_differences((was.get("code") or {}).get("modules"), (now.get("code") or {}).get("modules")),
         "tools": module_differences(was.get("tools"), now.get("tools")),
     }
+
+
+def unchanged() -> dict[str, Any]:
+    """What :func:`differences` finds between a recorded provenance and the current one when
+    both are the same document (known by their equal hashes, without reading either)."""
+    return {"recorded": True, "engine": [], "modules": [], "tools": []}
 
 
 def _short(value: Any) -> str:

@@ -63,7 +63,7 @@ def replay_all(
         if info.status in TERMINAL_STATES and (since_ms is None or info.started_ts >= since_ms)
     ]
     for position, info in enumerate(runs):
-        record = load_run(runtime.store, info.run)
+        record = load_run(runtime.store, info.run, provenance=False)
         try:
             replay = replay_record(runtime, record, agent)
         except AgentDefinitionError as exc:

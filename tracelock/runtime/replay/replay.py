@@ -23,8 +23,8 @@ from tracelock.core.jsondiff import diff
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.pipeline.pipeline import Pipeline
-from tracelock.runtime.provenance.record import differences
-from tracelock.runtime.records import RunRecord, load_run
+from tracelock.runtime.provenance.record import differences, unchanged
+from tracelock.runtime.records import RunRecord, load_run, provenance_document
 
 if TYPE_CHECKING:
     from tracelock.runtime.runs.engine import Engine
@@ -62,14 +62,23 @@ class ReplayReport:
 def replay_run(
     runtime: Engine, run_id: str, agent: Callable[..., Any] | str | None = None
 ) -> ReplayReport:
-    record = load_run(runtime.store, run_id)
+    record = load_run(runtime.store, run_id, provenance=False)
     return replay_record(runtime, record, agent)
 
 
 def provenance_changes(runtime: Engine, record: RunRecord, func: Callable[..., Any]) -> dict[str, Any]:
-    """What differs between ``record``'s provenance and that of ``func`` on ``runtime``."""
-    current = runtime.provenance.document(func, runtime.toolkit)
-    return differences(record.start.get("provenance"), current)
+    """What differs between ``record``'s provenance and that of ``func`` on ``runtime``.
+    A record read with ``load_run(..., provenance=False)`` names its provenance by hash
+    (from ``runtime.store``): equal to the current one's, nothing differs, and the
+    document is read only when they differ."""
+    reference = runtime.provenance.reference(func, runtime.toolkit)
+    current = None if reference is None else reference[1]
+    recorded = record.start.get("provenance")
+    if isinstance(recorded, str):
+        if reference is not None and recorded == reference[0]:
+            return unchanged()
+        recorded = provenance_document(runtime.store, recorded)
+    return differences(recorded, current)
 
 
 def replay_record(
