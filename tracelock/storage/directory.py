@@ -1814,8 +1814,9 @@ class DirectoryStore:
         self._prepare_read()
         found: dict[str, bytes] = {}
         for digest, record in self._nearby_payload_records(digests):
-            if record[:1] == b"=" and hashlib.sha256(record[66:]).hexdigest() == digest:
-                found[digest] = record[66:]
+            data = record[66:]
+            if record[:1] == b"=" and hashlib.sha256(data).hexdigest() == digest:
+                found[digest] = data
         for digest in digests:
             if digest not in found:
                 with contextlib.suppress(PayloadRedactedError, PayloadMissingError):
