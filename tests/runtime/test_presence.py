@@ -17,7 +17,6 @@ from click.testing import CliRunner
 
 from tracelock import Runtime
 from tracelock.cli.main import cli
-from tracelock.storage.presence import others_present
 
 CHILD = Path(__file__).with_name("_presence_child.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +36,7 @@ def test_recover_leaves_a_live_process_s_run_alone_then_continues_it_after_a_kil
             time.sleep(0.05)
         kit = build(None)
         with Runtime(str(store), POLICY, toolkits=(kit,)) as runtime:
-            assert others_present(runtime.store, runtime._presence) == [f"process {child.pid}"]
+            assert runtime.store.ownership().others_present(runtime._presence) == [f"process {child.pid}"]
             report = runtime.recover()
         (row,) = report.runs
         assert (row["run"], row["from"], row["to"]) == ("run-live", "running", "running")
@@ -51,7 +50,7 @@ def test_recover_leaves_a_live_process_s_run_alone_then_continues_it_after_a_kil
     # The service is gone: its mark is stale, and recovery continues the run.
     kit = build(None)
     with Runtime(str(store), POLICY, toolkits=(kit,)) as runtime:
-        assert others_present(runtime.store, runtime._presence) == []
+        assert runtime.store.ownership().others_present(runtime._presence) == []
         report = runtime.recover()
     (row,) = report.runs
     assert (row["run"], row["to"]) == ("run-live", "completed")

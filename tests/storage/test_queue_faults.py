@@ -177,7 +177,7 @@ def test_a_worker_paused_past_its_lease_has_its_appends_refused(workers: Workers
             first.send_signal(signal.SIGCONT)
         paused = workers.report(first)
         assert [row["outcome"] for row in paused["runs"]] == ["lease_lost"], paused
-        assert "QUEUE_LEASE_LOST" in paused["runs"][0]["reason"] or "lease" in paused["runs"][0]["reason"]
+        assert "RUN_LEASE_LOST" in paused["runs"][0]["reason"] or "lease" in paused["runs"][0]["reason"]
         # Nothing of the paused worker reached the run after the take-over.
         assert len(runtime.store.entries(handle.run_id)) == before
         assert ends(runtime, handle.run_id) == ["completed"]

@@ -54,7 +54,7 @@ def test_a_lost_lease_refuses_every_append_of_the_old_holder(location: str) -> N
         second.append("r1", "effect", payload={"n": 1})
         with pytest.raises(LeaseLostError) as refused:
             first.append("r1", "effect", payload={"n": 2})
-        assert refused.value.code == "QUEUE_LEASE_LOST"
+        assert refused.value.code == "RUN_LEASE_LOST"
         with pytest.raises(LeaseLostError):
             first.append("r1", "effect", payload={"n": 3}, durable=False)
         # A's heartbeat learns it too; B's renews.

@@ -13,6 +13,9 @@ so that the same run produces the same entries, hashes and fingerprint on any ba
   event loop keeps running other tasks while one waits, and concurrent waiters share syncs.
 * A durability failure is fatal for the handle (``DurabilityError``): never retried.
 * Reads see every entry appended through the same handle, durable or not.
+* ``ownership()`` is the handle's run leases (:mod:`tracelock.storage.ownership`): whoever
+  executes a run holds its lease, and the handle refuses (inside the append) every append
+  of a run whose lease it held and lost.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracelock.core.canonical import dumps
 from tracelock.core.entry import Entry
+from tracelock.storage.ownership import RunOwnership
 
 __all__ = [
     "NO_PAYLOAD",
@@ -219,6 +223,12 @@ class Store(Protocol):
 
     def erase_payload(self, digest: str) -> bool:
         """Physically remove a payload's bytes (after its redaction entry was appended)."""
+        ...
+
+    # -- run ownership -----------------------------------------------------------------
+    def ownership(self) -> RunOwnership:
+        """This handle's run leases and presence marks (made on first use; a read-only
+        handle raises ``STORE_READ_ONLY``)."""
         ...
 
     # -- reading -----------------------------------------------------------------------

@@ -121,8 +121,9 @@ from tracelock.storage.journal_file import (
     scan_records,
 )
 from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.ownership import AppendGuard
+from tracelock.storage.ownership_dir import DirectoryOwnership
 from tracelock.storage.payload_cache import PayloadCache
-from tracelock.storage.queue_backend import AppendGuard
 from tracelock.storage.sealed import SEAL_BYTES, SealedJournal, wrap
 from tracelock.storage.seen import PayloadFilter
 from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
@@ -205,9 +206,10 @@ class DirectoryStore:
         #: keep it until close (an index comparison in progress).
         self._held = False
         self._pinned = False
-        #: Called under the writer lock for the runs this handle appends to under a queue
-        #: lease (tracelock.storage.queue_backend): refuses a lost lease's appends.
+        #: Called under the writer lock for the runs this handle appends to under a lease
+        #: (tracelock.storage.ownership): refuses a lost lease's appends.
         self.append_guard: AppendGuard | None = None
+        self._ownership: DirectoryOwnership | None = None
         #: Where this handle's index rows not yet handed to SQLite begin in the journal.
         self._indexed_end = 0
         self._clock = clock or wall_clock_ms
@@ -1886,10 +1888,37 @@ class DirectoryStore:
     def get_payload(self, digest: str) -> Any:
         return orjson.loads(self.get_payload_bytes(digest))
 
+    # -- run ownership (tracelock.storage.ownership) ------------------------------------
+    def ownership(self) -> DirectoryOwnership:
+        """The run leases of this handle (made on first use; its fence guards this
+        handle's appends)."""
+        with self._lock:
+            if self._ownership is None:
+                if self._closed:
+                    self._check_open()  # raises
+                if self._read_only:
+                    raise StoreReadOnlyError(f"the store at {self._path} is open read-only: it cannot own runs")
+                self._ownership = DirectoryOwnership(self._path, clock_ms=wall_clock_ms, writer_lock=self._writer_locked)
+                self.append_guard = self._ownership.guard
+            return self._ownership
+
+    @contextlib.contextmanager
+    def _writer_locked(self) -> Iterator[None]:
+        """Hold the writer lock (ordered with every append of every process) for a moment."""
+        with self._lock:
+            self._check_open()
+            self._hold_locked()
+            try:
+                yield
+            finally:
+                self._release_if_idle_locked()
+
     # -- closing -----------------------------------------------------------------------
     def close(self) -> None:
         if self._closed:
             return
+        if self._ownership is not None:
+            self._ownership.close()
         try:
             log = self._log
             if log is not None:

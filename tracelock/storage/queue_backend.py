@@ -1,20 +1,18 @@
-"""The run queue's storage contract, and the fencing hook the stores call on every append.
+"""The run queue's storage contract.
 
 A queued run is a row: its run id, queue, agent, input, tenant (if any) and state
 (``queued``, ``leased``, ``waiting`` for a human, ``done``, or ``error`` when no worker can
-run it). A worker that takes a run holds a **lease**: a row (run, worker, token, expires)
-whose ``token`` is drawn from a store-wide counter each time the lease changes hands. The
-lease is renewed by a heartbeat; once it has expired, another worker may take the run
-over, which draws a new token.
+run it). A worker that takes a run holds the run's **lease**: the same lease every owner of
+a run holds (:mod:`tracelock.storage.ownership`), a row (run, worker, token, expires) whose
+``token`` is drawn from a store-wide counter each time the lease changes hands. The lease is
+renewed by a heartbeat; once it has expired, another worker (or any other caller) may take
+the run over, which draws a new token. A queued run whose lease another caller holds (a
+``run`` with the idempotency key it was submitted with) is not taken until that lease is
+given back or expires.
 
-**Fencing.** A worker registers each run it holds with its store handle's
-:class:`AppendGuard` (``store.append_guard``). The store calls the guard inside every
-append of such a run, where the append is atomic (inside the PostgreSQL transaction, after
-its head row lock; under the directory store's writer lock): if the lease row no longer
-carries the worker's token, the append is refused with :class:`LeaseLostError` and nothing
-of it is written. Taking a lease over is ordered with those checks (a row lock on
-PostgreSQL, the writer lock on the directory store), so once a worker has taken a run over
-and read its journal, no entry of the previous holder can appear behind its back.
+**Fencing** is the ownership's: a worker registers each run it holds with its store
+handle's fence book (``store.ownership().fences``), and every append of such a run is
+refused with ``RUN_LEASE_LOST`` once the lease row no longer carries the worker's token.
 
 The backends: :mod:`tracelock.storage.postgres.queue` (``FOR UPDATE SKIP LOCKED``, woken by
 ``LISTEN/NOTIFY``) and :mod:`tracelock.storage.queue_dir` (SQLite beside the journal).
@@ -22,12 +20,12 @@ The backends: :mod:`tracelock.storage.postgres.queue` (``FOR UPDATE SKIP LOCKED`
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from tracelock.errors import StoreError
+from tracelock.storage.ownership import AppendGuard, FenceBook, LeaseLostError
 
 __all__ = [
     "ITEM_COLUMNS",
@@ -52,14 +50,6 @@ class QueueError(StoreError):
     """The run queue's storage failed or was asked something impossible."""
 
     code = "QUEUE_ERROR"
-
-
-class LeaseLostError(StoreError):
-    """An append of a leased run was refused: this worker's lease on the run was taken
-    over (it expired while the worker was paused or cut off) or handed back. Nothing of
-    the append was written; the run belongs to another worker now."""
-
-    code = "QUEUE_LEASE_LOST"
 
 
 class QueueLeasedError(QueueError):
@@ -184,64 +174,6 @@ class Claim:
     token: int
     #: Whether the run was taken over from a worker whose lease expired.
     recovered: bool
-
-
-class FenceBook:
-    """The runs one store handle appends to under a lease, with their tokens (thread-safe:
-    a worker's runs register and leave from several threads)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tokens: dict[str, int] = {}
-
-    def hold(self, run: str, token: int) -> None:
-        with self._lock:
-            self._tokens[run] = token
-
-    def drop(self, run: str, token: int | None = None) -> None:
-        """Forget ``run`` (only if it is still held with ``token``, when given)."""
-        with self._lock:
-            if token is None or self._tokens.get(run) == token:
-                self._tokens.pop(run, None)
-
-    def wanted(self, runs: Iterable[str]) -> dict[str, int]:
-        """The tokens of those of ``runs`` this handle holds under a lease."""
-        tokens = self._tokens
-        if not tokens:
-            return {}
-        with self._lock:
-            return {run: tokens[run] for run in runs if run in tokens}
-
-    def __len__(self) -> int:
-        return len(self._tokens)
-
-
-def lost(run: str, token: int, found: int | None) -> LeaseLostError:
-    how = "was handed back or finished" if found is None else f"was taken over (token {found})"
-    return LeaseLostError(
-        f"the lease on run {run!r} held with token {token} {how}: this worker's appends to it are refused",
-        details={"run": run, "token": token, "current": found},
-    )
-
-
-@runtime_checkable
-class AppendGuard(Protocol):
-    """What a store calls inside each append (see the module docstring)."""
-
-    def guards(self, runs: Iterable[str]) -> bool:
-        """Whether any of ``runs`` is appended to under a lease."""
-        ...
-
-    def tokens(self, runs: Iterable[str]) -> dict[str, int]:
-        """The lease token each of ``runs`` is appended to under (the guarded ones only):
-        the PostgreSQL append function checks them inside its transaction."""
-        ...
-
-    def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
-        """Those of ``runs`` whose appends must be refused, with the error to give. Called
-        where the append is atomic: ``cursor`` is the PostgreSQL append transaction's (None
-        on the directory store, which calls it under its writer lock)."""
-        ...
 
 
 class QueueBackend(Protocol):

@@ -6,11 +6,11 @@ Lease expiry is measured on the injected clock (one machine, one clock). A worke
 for work with backoff; it wakes early when SQLite's ``data_version`` says another process
 committed to the queue.
 
-Fencing: the guard (:class:`_Fence`) reads the lease row under the store's writer lock,
-inside the append (``DirectoryStore.append_guard``). A take-over of an expired lease
-changes the token while holding that same writer lock (``flock`` on ``<store>/lock``), so an
-append either finished before the take-over (and the new holder reads it in the journal) or
-comes after it and is refused.
+The ``leases`` table is the store's run ownership (:mod:`tracelock.storage.ownership_dir`,
+which fences the appends): a worker's lease is the run's lease. A take-over of an expired
+lease changes the token while holding the store's writer lock (``flock`` on
+``<store>/lock``), so an append either finished before the take-over (and the new holder
+reads it in the journal) or comes after it and is refused.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from tracelock.errors import StoreError
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.errors import StoreSchemaTooNewError
+from tracelock.storage.lease_epoch import bump_epoch
 from tracelock.storage.queue_backend import (
     ITEM_COLUMNS,
     ITEM_WIDTH,
@@ -37,10 +37,9 @@ from tracelock.storage.queue_backend import (
     QueueNotEmptyError,
     QueueRow,
     leased_error,
-    lost,
 )
 
-__all__ = ["DirectoryQueue", "QUEUE_FILE"]
+__all__ = ["DirectoryQueue", "QUEUE_FILE", "open_queue_db"]
 
 QUEUE_FILE = "queue.sqlite"
 
@@ -68,6 +67,14 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 _VERSION = len(_MIGRATIONS)
 
+#: The runs a claim takes over (under the store's writer lock, ordered with the fenced
+#: appends): those whose lease expired (a leased run's worker, or another owner of a queued
+#: run), and leased runs whose lease another owner took over and gave back. One parameter:
+#: the clock now.
+_TAKE_OVER = (
+    "((r.state IN ('leased', 'queued') AND l.expires_ms < ?) OR (r.state = 'leased' AND l.run IS NULL))"
+)
+
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -88,38 +95,39 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-class _Fence:
-    """The append guard of a directory store handle (see the module docstring)."""
+def open_queue_db(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
+    """A connection to ``queue.sqlite`` at ``path`` (created and migrated when needed).
+    ``synchronous``: FULL for the queue (a queued run survives a machine crash); the run
+    leases alone may use NORMAL (a lease matters only while its owner's process lives)."""
+    try:
+        conn = _connect(path)
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        _migrate(conn, path)
+    except sqlite3.Error as exc:
+        raise QueueError(f"cannot open the queue {path}: {exc}") from None
+    return conn
 
-    def __init__(self, book: FenceBook, path: Path) -> None:
-        self.book = book
-        self._path = path
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
 
-    def guards(self, runs: Iterable[str]) -> bool:
-        return bool(self.book) and bool(self.book.wanted(runs))
-
-    def tokens(self, runs: Iterable[str]) -> dict[str, int]:
-        return self.book.wanted(runs)
-
-    def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
-        wanted = self.book.wanted(runs)
-        if not wanted:
-            return {}
-        with self._lock:
-            if self._conn is None:
-                self._conn = _connect(self._path)
-            marks = ",".join("?" * len(wanted))
-            rows = self._conn.execute(f"SELECT run, token FROM leases WHERE run IN ({marks})", list(wanted)).fetchall()
-        found = {str(run): int(token) for run, token in rows}
-        return {run: lost(run, token, found.get(run)) for run, token in wanted.items() if found.get(run) != token}
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > _VERSION:
+            raise StoreSchemaTooNewError(
+                f"{path} has queue schema version {version}; this tracelock knows versions up to "
+                f"{_VERSION}: upgrade tracelock to use its queue",
+                details={"queue_schema_version": version, "supported": _VERSION},
+            )
+        for statements in _MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        if version < _VERSION:
+            conn.execute(f"PRAGMA user_version = {_VERSION}")
+    except BaseException:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class DirectoryQueue:
@@ -140,16 +148,11 @@ class DirectoryQueue:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._closed = False
-        try:
-            self._conn = _connect(self._path)
-        except sqlite3.Error as exc:
-            raise QueueError(f"cannot open the queue {self._path}: {exc}") from None
-        self._prepare()
+        self._conn = open_queue_db(self._path)
         self._seen_version = self._data_version()
-        self.fences = FenceBook()
-        self._fence = _Fence(self.fences, self._path)
-        if store is not None:
-            store.append_guard = self._fence
+        #: The fence book of the store handle (its run ownership): a worker's leases fence
+        #: that handle's appends (a read-only handle, which appends nothing, has a book of its own).
+        self.fences: FenceBook = store.ownership().fences if store is not None and not store.read_only else FenceBook()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -183,29 +186,18 @@ class DirectoryQueue:
             except sqlite3.Error as exc:
                 raise QueueError(f"cannot read the queue {self._path}: {exc}") from None
 
-    def _prepare(self) -> None:
-        with self._write() as conn:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > _VERSION:
-                raise StoreSchemaTooNewError(
-                    f"{self._path} has queue schema version {version}; this tracelock knows versions up to "
-                    f"{_VERSION}: upgrade tracelock to use its queue",
-                    details={"queue_schema_version": version, "supported": _VERSION},
-                )
-            for statements in _MIGRATIONS[version:]:
-                for statement in statements:
-                    conn.execute(statement)
-            if version < _VERSION:
-                conn.execute(f"PRAGMA user_version = {_VERSION}")
-
     @contextmanager
     def _writer_lock(self) -> Iterator[None]:
         """The store's writer lock (its own descriptor): a take-over holds it, so that it is
-        ordered with every fenced append of every process."""
+        ordered with every fenced append of every process, and moves the take-over epoch
+        (:mod:`tracelock.storage.lease_epoch`) before it lets go."""
         fd = os.open(self._dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            try:
+                yield
+            finally:
+                bump_epoch(self._dir)
         finally:
             os.close(fd)  # releases the lock
 
@@ -241,8 +233,7 @@ class DirectoryQueue:
         now = self._clock()
         claims: list[Claim] = []
         expired = self._read(
-            f"SELECT 1 FROM runs r JOIN leases l USING (run) WHERE r.queue IN ({marks}) AND r.state = 'leased' "
-            "AND l.expires_ms < ? LIMIT 1",
+            f"SELECT 1 FROM runs r LEFT JOIN leases l USING (run) WHERE r.queue IN ({marks}) AND {_TAKE_OVER} LIMIT 1",
             [*queues, now],
         )
         if expired:
@@ -273,13 +264,15 @@ class DirectoryQueue:
                         continue
                 if expired:
                     rows = conn.execute(
-                        "SELECT r.run FROM runs r JOIN leases l USING (run) WHERE r.queue = ? AND r.state = 'leased' "
-                        "AND l.expires_ms < ? ORDER BY r.position LIMIT ?",
+                        f"SELECT r.run FROM runs r LEFT JOIN leases l USING (run) WHERE r.queue = ? AND {_TAKE_OVER} "
+                        "ORDER BY r.position LIMIT ?",
                         (queue, now, room),
                     ).fetchall()
                 else:
+                    # Not a queued run another owner holds a live lease on.
                     rows = conn.execute(
-                        "SELECT run FROM runs WHERE queue = ? AND state = 'queued' ORDER BY position LIMIT ?",
+                        "SELECT r.run FROM runs r LEFT JOIN leases l USING (run) WHERE r.queue = ? "
+                        "AND r.state = 'queued' AND l.run IS NULL ORDER BY r.position LIMIT ?",
                         (queue, room),
                     ).fetchall()
                 for (run,) in rows:
@@ -417,4 +410,3 @@ class DirectoryQueue:
                 return
             self._closed = True
             self._conn.close()
-        self._fence.close()

@@ -3,6 +3,7 @@ by that backend's leases (``store.append_guard``)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -49,7 +50,8 @@ def queue_for(store: Store, *, clock_ms: Callable[[], int] | None = None) -> Que
 
 def existing_queue(store: Store) -> QueueBackend | None:
     """The queue backend of ``store`` if the store has a queue (someone submitted to it),
-    else None: a store nobody queued to is not given queue tables."""
+    else None: a store nobody queued to is not given queue tables. (The queue's file or
+    tables may exist without a queued run: they also hold the run leases.)"""
     with _LOCK:
         backend = _BACKENDS.get(store)
     if backend is not None:
@@ -57,13 +59,30 @@ def existing_queue(store: Store) -> QueueBackend | None:
     from tracelock.storage.directory import DirectoryStore
 
     if isinstance(store, DirectoryStore):
+        import sqlite3
+
         from tracelock.storage.queue_dir import QUEUE_FILE
 
-        if not (store.path / QUEUE_FILE).exists():
+        path = store.path / QUEUE_FILE
+        if not path.exists():
             return None
+        try:
+            with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() is None:
+                    return None
+                if conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:
+                    return None
+        except sqlite3.Error as exc:
+            raise QueueError(f"cannot read the queue {path}: {exc}") from None
     elif getattr(store, "_url", None) is not None:
-        row = store._one("SELECT to_regclass('tracelock_queue_runs') IS NOT NULL")  # type: ignore[attr-defined]
+        row = store._one(  # type: ignore[attr-defined]
+            "SELECT to_regclass('tracelock_queue_runs') IS NOT NULL "
+            "AND EXISTS (SELECT 1 FROM pg_class WHERE relname = 'tracelock_queue_runs')"
+        )
         if not (row and row[0]):
+            return None
+        found = store._one("SELECT EXISTS (SELECT 1 FROM tracelock_queue_runs)")  # type: ignore[attr-defined]
+        if not (found and found[0]):
             return None
     else:
         return None

@@ -17,7 +17,7 @@ What the worker does with a run it took:
   ``resolve`` queue it again, and whichever worker is free resumes it.
 
 A worker whose lease was taken over (it was paused or cut off past the lease) has every
-later append of that run refused (``QUEUE_LEASE_LOST``): it drops the run, which is the new
+later append of that run refused (``RUN_LEASE_LOST``): it drops the run, which is the new
 holder's. On ``stop`` (SIGTERM in ``tracelock worker``) it takes nothing more, lets the runs
 in flight finish for ``grace`` seconds, then hands the rest back (their tokens are void at
 once: anything the abandoned threads still try to append is refused).
@@ -38,6 +38,7 @@ from tracelock.runtime.queue.backends import queue_for
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runs.engine import RunResult, result_from_record
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
+from tracelock.runtime.runs.ownership import RunOwner
 from tracelock.runtime.runs.recovery import resumable
 from tracelock.storage.errors import DurabilityError, RunNotFoundError, StoreClosedError
 from tracelock.storage.queue_backend import Claim, LeaseLostError, QueueBackend
@@ -281,6 +282,11 @@ class Worker:
             return run in self._lost
 
     def _drive(self, claim: Claim) -> RunResult:
+        # The claim's lease is the run's lease: the runtime drives the run under it.
+        with RunOwner.adopted(claim.item.run, claim.token):
+            return self._drive_adopted(claim)
+
+    def _drive_adopted(self, claim: Claim) -> RunResult:
         runtime = self.runtime
         run = claim.item.run
         runtime.store.catch_up()  # see what the previous holder appended

@@ -168,6 +168,26 @@ def fork_run(
     if divergence is not None:
         raise ForkRefusedError(_refusal(divergence, run_id, at, None))
     child = new_run_id or runtime._ids()
+    with runtime.owner.owning(child, busy=_child_busy):
+        runtime.store.catch_up()
+        return _fork_owned(runtime, parent, run_id, at, child, func, name, policy)
+
+
+def _child_busy(run: str, holder: object) -> RunExistsError:
+    return RunExistsError(f"run {run!r} is being started elsewhere: a fork needs a new run id", details={"run": run})
+
+
+def _fork_owned(
+    runtime: Engine,
+    parent: RunRecord,
+    run_id: str,
+    at: int,
+    child: str,
+    func: Callable[..., Any],
+    name: str,
+    policy: Policy,
+) -> RunResult:
+    """Start and drive the fork's child ``child``, under its lease."""
     if runtime._existing(child) is not None:
         # An injected id source (or the caller) repeated an id: appending the child's start
         # to another run's chain would corrupt it.

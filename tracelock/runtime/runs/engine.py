@@ -30,7 +30,6 @@ from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent
 from tracelock.runtime.errors import (
     AgentDefinitionError,
     DivergenceError,
-    RunBusyError,
     RunStateError,
     StepError,
     Suspend,
@@ -46,6 +45,7 @@ from tracelock.runtime.provenance.record import Provenance
 from tracelock.runtime.records import RunJournal, RunRecord, audit_traceback, load_run
 from tracelock.runtime.runs.daily import refresh_ledger, write_spend
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
+from tracelock.runtime.runs.ownership import RunOwner
 from tracelock.runtime.runs.prefix import child_recording
 from tracelock.runtime.runs.stops import StopWatch, lift_stop, refresh_stops, set_stop
 from tracelock.runtime.strict import guard as strict_mode
@@ -54,7 +54,6 @@ from tracelock.runtime.tools.invoke import ToolInvoker
 from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
-from tracelock.storage.claims import claim_run
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.errors import (
     RunNotFoundError,
@@ -63,7 +62,7 @@ from tracelock.storage.errors import (
     StorePermissionError,
 )
 from tracelock.storage.open import open_store
-from tracelock.storage.presence import Presence, announce
+from tracelock.storage.ownership import DEFAULT_LEASE_MS, Presence
 
 __all__ = [
     "ApprovalExpiredError",
@@ -228,9 +227,13 @@ class Engine:
         strict: bool | None = None,
         checkpointer: Callable[[Store], object] | None = None,
         provenance: Provenance | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        busy_timeout: float = 60.0,
     ) -> None:
         if durability not in ("auto", "strict"):
             raise ValueError("durability is 'auto' or 'strict'")
+        if lease_ms < 100:
+            raise AgentDefinitionError("a run's lease lasts at least 100 ms")
         self._owns_store = not isinstance(store, Store)
         self.store: Store = (
             store if isinstance(store, Store) else _open_location(store if store is not None else ".tracelock")
@@ -288,15 +291,23 @@ class Engine:
         if self.policy.has_daily_budgets:
             self.environment.ledger = self.ledger
             refresh_ledger(self.store, self.ledger)
+        token = os.urandom(6).hex()  # tracelock: allow TL-RAND-004 -- names this runtime in lease rows and a lock file, decides nothing
+        pid = os.getpid()  # tracelock: allow TL-ENV-002 -- names this runtime for operators, decides nothing
         #: This runtime's mark on the store while it lives, so that a recovery in another
-        #: process does not take over runs it may be executing (:mod:`tracelock.storage.presence`).
+        #: process does not take over runs it may be executing (:mod:`tracelock.storage.ownership`).
         self._presence: Presence | None = None
         if not self.store.read_only:
             try:
-                token = os.urandom(6).hex()  # tracelock: allow TL-RAND-004 -- names a lock file, decides nothing
-                self._presence = announce(self.store, token, os.getpid())  # tracelock: allow TL-ENV-002 -- names a lock file for operators, decides nothing
+                self._presence = self.store.ownership().announce(token, pid)
             except (OSError, StoreError):
                 self._presence = None  # a store it cannot mark (read-only files): recovery elsewhere cannot see it
+        #: The leases of the runs this runtime executes (:mod:`tracelock.runtime.runs.ownership`):
+        #: one owner per run, whoever calls. Its name is its mark's (``<pid>-<token>``), which
+        #: lets another process see at once that a lease's owner died; a runtime without a
+        #: mark is named otherwise, and its leases last until they expire.
+        self.owner = RunOwner(self.store, f"{pid}-{token}" if self._presence is not None else f"{pid}-{token}-unmarked", lease_ms)
+        #: How long a ``run`` with an idempotency key waits for another owner of its run.
+        self.busy_timeout = busy_timeout
 
     # -- registration ------------------------------------------------------------------
     @property
@@ -357,12 +368,21 @@ class Engine:
             input_hash = hashlib.sha256(dumps(input)).hexdigest()
         except CanonicalError as exc:
             raise AgentDefinitionError(f"the run input is not canonical JSON: {exc.message}") from None
+        if seed is not None:
+            seed = seed_of(seed)
+        if tenant is not None and (not isinstance(tenant, str) or not tenant):
+            raise AgentDefinitionError("a tenant is a non-empty string")
         if idempotency_key is not None:
             derived = keyed_run_id(name, idempotency_key)
             if run_id is not None and run_id != derived:
                 raise AgentDefinitionError("give run_id or idempotency_key, not both")
-            existing = self._existing(derived)
-            if existing is not None:
+            # One owner per run: a second caller with the key waits for the first's result
+            # (or takes the run over once its owner is gone), never executes beside it.
+            with self.owner.owning(derived, wait_s=self.busy_timeout):
+                self.store.catch_up()  # what the previous owner appended
+                existing = self._existing(derived)
+                if existing is None:
+                    return self._start(func, name, input, derived, seed, tenant, _annotations, input_hash)
                 if dumps(existing.input) != dumps(input):
                     raise RunStateError(
                         f"idempotency key {idempotency_key!r} was used for run {derived} with a different input"
@@ -375,22 +395,39 @@ class Engine:
                     )
                 if existing.status in TERMINAL_STATES:
                     return result_from_record(existing)
-                return self.resume(derived, func)
-            run_id = derived
-        elif run_id is not None and (clash := self._existing(run_id)) is not None:
-            raise RunExistsError(_exists_message(clash), details={"run": run_id, "status": clash.status})
-        checked = False
-        if run_id is None:
-            run_id = self._ids()
-            if self._check_generated_ids and self._existing(run_id) is not None:
-                raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
-            # The default source writes "run-" and hex digits: a valid id, never the admin run.
-            checked = self._ids is _default_ids
-        if not checked and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
+                return self._resume_owned(derived, func, existing)
+        if run_id is not None:
+            if (clash := self._existing(run_id)) is not None:
+                raise RunExistsError(_exists_message(clash), details={"run": run_id, "status": clash.status})
+            if not valid_run_id(run_id) or run_id == ADMIN_RUN:
+                raise AgentDefinitionError(f"invalid run id {run_id!r}")
+            with self.owner.owning(run_id, busy=_starting_elsewhere):
+                self.store.catch_up()
+                if (clash := self._existing(run_id)) is not None:  # started and let go meanwhile
+                    raise RunExistsError(_exists_message(clash), details={"run": run_id, "status": clash.status})
+                return self._start(func, name, input, run_id, seed, tenant, _annotations, input_hash)
+        run_id = self._ids()
+        if self._check_generated_ids and self._existing(run_id) is not None:
+            raise AgentDefinitionError(f"the injected id source repeated the run id {run_id!r}")
+        # The default source writes "run-" and hex digits: a valid id, never the admin run.
+        if self._ids is not _default_ids and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
-        seed = seed_of(seed) if seed is not None else default_seed(run_id)
-        if tenant is not None and (not isinstance(tenant, str) or not tenant):
-            raise AgentDefinitionError("a tenant is a non-empty string")
+        with self.owner.owning(run_id, busy=_starting_elsewhere):
+            return self._start(func, name, input, run_id, seed, tenant, _annotations, input_hash)
+
+    def _start(
+        self,
+        func: Callable[..., Any],
+        name: str,
+        input: Any,
+        run_id: str,
+        seed: str | None,
+        tenant: str | None,
+        _annotations: dict[str, Any] | None,
+        input_hash: str,
+    ) -> RunResult:
+        """Start and drive a new run, under its lease."""
+        seed = seed if seed is not None else default_seed(run_id)
         daily = None
         if self.environment.ledger is not None:
             # The run's day is a clock reading, recorded in its start with its rank.
@@ -702,6 +739,11 @@ class Engine:
         self._decide(run_id, step, "rejected", by, reason)
 
     def _decide(self, run_id: str, step: int, decision: str, by: str, reason: str) -> None:
+        with self.owner.owning(run_id):
+            self.store.catch_up()
+            self._decide_owned(run_id, step, decision, by, reason)
+
+    def _decide_owned(self, run_id: str, step: int, decision: str, by: str, reason: str) -> None:
         record = load_run(self.store, run_id)
         if record.status != "awaiting_approval" or record.waiting_step != step:
             raise RunStateError(
@@ -748,23 +790,17 @@ class Engine:
         runs: a run resumed from ``awaiting_approval`` or ``blocked`` is returned to that
         state (journaled, with the divergence) and :class:`DivergenceError` is raised.
 
-        The run is claimed first (:mod:`tracelock.storage.claims`): while another caller, in
-        this process or another, continues it, this raises :class:`RunBusyError` and runs
-        nothing."""
-        claim = claim_run(self.store, run_id)
-        if claim is None:
-            raise RunBusyError(
-                f"run {run_id} is being continued elsewhere right now (another process or thread); it is left to that caller",
-                details={"run": run_id},
-            )
-        with claim:
-            # Read under the claim: a holder that just let go may have moved the run on.
+        The run's lease is taken first (:mod:`tracelock.runtime.runs.ownership`): while
+        another caller, in this process or another, executes it, this raises
+        :class:`RunBusyError` and runs nothing."""
+        with self.owner.owning(run_id):
+            # Read under the lease: an owner that just let go may have moved the run on.
             self.store.catch_up()
             if record is None or record.run_id != run_id or record.entries[-1].seq != self.store.run_info(run_id).last_seq:
                 record = load_run(self.store, run_id)
-            return self._resume_claimed(run_id, agent, record)
+            return self._resume_owned(run_id, agent, record)
 
-    def _resume_claimed(self, run_id: str, agent: Callable[..., Any] | str | None, record: RunRecord) -> RunResult:
+    def _resume_owned(self, run_id: str, agent: Callable[..., Any] | str | None, record: RunRecord) -> RunResult:
         if record.status in TERMINAL_STATES:
             return result_from_record(record)
         func, _ = self.agent_for(record, agent)
@@ -815,6 +851,7 @@ class Engine:
         return policy
 
     def close(self) -> None:
+        self.owner.close()
         if self._presence is not None:
             self._presence.release()
             self._presence = None
@@ -894,6 +931,13 @@ def resolve_agent_path(path: str) -> Callable[..., Any]:
     if not callable(target):
         raise AgentDefinitionError(f"{path} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _starting_elsewhere(run: str, holder: object) -> RunExistsError:
+    return RunExistsError(
+        f"run {run!r} is being started by another caller right now; choose another run id",
+        details={"run": run, "status": "running"},
+    )
 
 
 def _tenant_text(tenant: object) -> str:

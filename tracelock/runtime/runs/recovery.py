@@ -22,7 +22,6 @@ from tracelock.runtime.errors import (
 from tracelock.runtime.pipeline.codes import OPERATOR_RESOLVED_FAILURE
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
-from tracelock.storage.presence import others_present
 
 if TYPE_CHECKING:
     from tracelock.runtime.runs.engine import Engine
@@ -78,14 +77,16 @@ def recover_runs(
     present on the store (:func:`tracelock.storage.presence.others_present`), such runs are
     left alone and reported, unless ``force`` (the operator knows those processes run other
     agents, or are stuck). Runs waiting on a human, or approved, are not being executed by
-    anyone and are continued as usual."""
+    anyone and are continued as usual. Even with ``force``, a run is continued only once its
+    lease is free (its owner let go, or its lease expired): a run a live owner holds is
+    reported ``RUN_BUSY`` and left to it."""
     report = RecoveryReport(repairs=[repair.to_dict() for repair in runtime.store.repairs])
     # The statuses decided on are the journal's as it is now: what other processes (or other
     # handles of this one) appended may not be in the shared index yet, which they fill in
     # batches.
     runtime.store.catch_up()
     unfinished = [info for info in runtime.store.runs() if info.status not in TERMINAL_STATES]
-    others = [] if force else others_present(runtime.store, runtime._presence)
+    others = [] if force else runtime.store.ownership().others_present(runtime._presence)
     if others:
         kept = []
         for info in unfinished:
@@ -159,6 +160,14 @@ def resolve_step(
 ) -> None:
     """Record what really happened at a blocked step (a result, a failure) or allow one
     explicit re-execution. The run is then resumable by recovery."""
+    with runtime.owner.owning(run_id):
+        runtime.store.catch_up()
+        _resolve_owned(runtime, run_id, step, by=by, reason=reason, result=result, failed=failed, retry=retry)
+
+
+def _resolve_owned(
+    runtime: Engine, run_id: str, step: int, *, by: str, reason: str, result: Any, failed: str | None, retry: bool
+) -> None:
     record = load_run(runtime.store, run_id)
     if record.status != "blocked" or record.waiting_step != step:
         raise RunStateError(
@@ -200,17 +209,20 @@ def resolve_step(
 
 
 def abort_run(runtime: Engine, run_id: str, *, by: str, reason: str) -> None:
-    """End an unfinished run as ``aborted``; nothing of it runs again."""
-    record = load_run(runtime.store, run_id)
-    check_transition(record.status, "aborted")
-    RunJournal(runtime.store, run_id).end(
-        "aborted",
-        {
-            "outcome": None,
-            "code": "RUN_ABORTED",
-            "output": None,
-            "fingerprint": None,
-            "error": reason,
-            "by": by,
-        },
-    )
+    """End an unfinished run as ``aborted``; nothing of it runs again (a run another owner
+    executes right now is ``RUN_BUSY``: abort it once that owner has let go)."""
+    with runtime.owner.owning(run_id):
+        runtime.store.catch_up()
+        record = load_run(runtime.store, run_id)
+        check_transition(record.status, "aborted")
+        RunJournal(runtime.store, run_id).end(
+            "aborted",
+            {
+                "outcome": None,
+                "code": "RUN_ABORTED",
+                "output": None,
+                "fingerprint": None,
+                "error": reason,
+                "by": by,
+            },
+        )

@@ -6,11 +6,9 @@ never wait for each other's rows, and never take the same row), and sleep on ``L
 worker wakes as soon as a run can be taken; a poll with backoff covers expired leases.
 
 Lease expiry is measured on the server's clock (``clock_timestamp()``), one clock for every
-machine. The fencing check (:class:`_Fence`) runs inside each append transaction of a
-leased run, after the store's head row lock: ``SELECT ... FOR SHARE`` of the lease rows,
-in ``run`` order. A take-over updates the lease row, so it waits for an append that checked
-the old token to commit, and an append that comes after it reads the new token and is
-refused.
+machine. The leases are the runs' leases (:mod:`tracelock.storage.postgres.ownership`,
+whose fence checks them inside each append transaction): a claim never takes a run whose
+lease another owner holds live, and takes the lease over only once it expired.
 
 The queue's tables have their own schema version (``tracelock_queue_schema``), migrated
 like the store's, so the store's migration list and this one never collide.
@@ -20,11 +18,10 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from tracelock.errors import StoreError
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.postgres.location import redact_location, scrub
 from tracelock.storage.queue_backend import (
@@ -37,7 +34,6 @@ from tracelock.storage.queue_backend import (
     QueueNotEmptyError,
     QueueRow,
     leased_error,
-    lost,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +72,8 @@ QUEUE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2: the tenant a run was submitted with (rows queued before have none).
     ("ALTER TABLE tracelock_queue_runs ADD COLUMN tenant text",),
+    # 3: the leases are every run's, queued or not (tracelock.storage.ownership).
+    ("ALTER TABLE tracelock_queue_leases DROP CONSTRAINT IF EXISTS tracelock_queue_leases_run_fkey",),
 )
 QUEUE_SCHEMA_VERSION = len(QUEUE_MIGRATIONS)
 
@@ -83,6 +81,28 @@ QUEUE_SCHEMA_VERSION = len(QUEUE_MIGRATIONS)
 _MIGRATION_LOCK = int.from_bytes(b"tlqueue!", "big") - (1 << 63)
 _NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
+
+
+def migrate_queue(conn: Any, shown: str) -> None:
+    """Bring the queue's tables (and the run leases) to this version, in ``conn``'s
+    transaction, serialized with every other process's migration."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+    row = conn.execute("SELECT to_regclass('tracelock_queue_schema') IS NOT NULL").fetchone()
+    version = 0
+    if row and row[0]:
+        found = conn.execute("SELECT version FROM tracelock_queue_schema WHERE id = 1").fetchone()
+        version = int(found[0]) if found else 0
+    if version > QUEUE_SCHEMA_VERSION:
+        raise StoreSchemaTooNewError(
+            f"{shown} has queue schema version {version}; this tracelock knows versions up to "
+            f"{QUEUE_SCHEMA_VERSION}: upgrade tracelock to use its queue",
+            details={"queue_schema_version": version, "supported": QUEUE_SCHEMA_VERSION},
+        )
+    for statements in QUEUE_MIGRATIONS[version:]:
+        for statement in statements:
+            conn.execute(statement.encode())
+    if version < QUEUE_SCHEMA_VERSION:
+        conn.execute("UPDATE tracelock_queue_schema SET version = %s WHERE id = 1", (QUEUE_SCHEMA_VERSION,))
 
 
 def _worker(row: Any) -> str | None:
@@ -94,32 +114,6 @@ def _worker(row: Any) -> str | None:
 def _queue_lock(queue: str) -> int:
     """The advisory lock key serializing claims of one queue with a concurrency limit."""
     return zlib.crc32(b"tracelock-queue:" + queue.encode()) - (1 << 31)
-
-
-class _Fence:
-    """The append guard of a PostgreSQL store handle (see the module docstring)."""
-
-    def __init__(self, book: FenceBook) -> None:
-        self.book = book
-
-    def guards(self, runs: Iterable[str]) -> bool:
-        return bool(self.book) and bool(self.book.wanted(runs))
-
-    def tokens(self, runs: Iterable[str]) -> dict[str, int]:
-        return self.book.wanted(runs)
-
-    def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
-        wanted = self.book.wanted(runs)
-        if not wanted:
-            return {}
-        names = sorted(wanted)
-        cursor.execute(
-            "SELECT run, token FROM tracelock_queue_leases WHERE run = ANY(%s) ORDER BY run FOR SHARE", (names,)
-        )
-        found = {str(run): int(token) for run, token in cursor.fetchall()}
-        return {
-            run: lost(run, token, found.get(run)) for run, token in wanted.items() if found.get(run) != token
-        }
 
 
 class PostgresQueue:
@@ -136,10 +130,11 @@ class PostgresQueue:
         self._conn: Any = None
         self._listener: Any = None
         self._closed = False
-        self.fences = FenceBook()
         self._clock_ms = clock_ms
         self._prepare()
-        store.append_guard = _Fence(self.fences)
+        #: The fence book of the store handle (its run ownership): a worker's leases fence
+        #: that handle's appends (a read-only handle, which appends nothing, has a book of its own).
+        self.fences: FenceBook = FenceBook() if store.read_only else store.ownership().fences
 
     # -- connections -----------------------------------------------------------------------
     def _error(self, exc: BaseException, doing: str) -> QueueError:
@@ -176,26 +171,7 @@ class PostgresQueue:
         raise AssertionError("unreachable")
 
     def _prepare(self) -> None:
-        def migrate(conn: Any) -> None:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            row = conn.execute("SELECT to_regclass('tracelock_queue_schema') IS NOT NULL").fetchone()
-            version = 0
-            if row and row[0]:
-                found = conn.execute("SELECT version FROM tracelock_queue_schema WHERE id = 1").fetchone()
-                version = int(found[0]) if found else 0
-            if version > QUEUE_SCHEMA_VERSION:
-                raise StoreSchemaTooNewError(
-                    f"{self._shown} has queue schema version {version}; this tracelock knows versions up to "
-                    f"{QUEUE_SCHEMA_VERSION}: upgrade tracelock to use its queue",
-                    details={"queue_schema_version": version, "supported": QUEUE_SCHEMA_VERSION},
-                )
-            for statements in QUEUE_MIGRATIONS[version:]:
-                for statement in statements:
-                    conn.execute(statement.encode())
-            if version < QUEUE_SCHEMA_VERSION:
-                conn.execute("UPDATE tracelock_queue_schema SET version = %s WHERE id = 1", (QUEUE_SCHEMA_VERSION,))
-
-        self._run("cannot prepare the queue in", migrate)
+        self._run("cannot prepare the queue in", lambda conn: migrate_queue(conn, self._shown))
 
     # -- submitting --------------------------------------------------------------------
     def enqueue(
@@ -242,37 +218,45 @@ class PostgresQueue:
                         continue
                 # Runs whose holder's lease expired first (they are the oldest work), then
                 # queued runs, oldest first; rows another worker is taking are skipped.
+                # Runs whose holder's lease expired (or was given back by another owner that
+                # had taken it over) first: they are the oldest work; then queued runs that
+                # no other owner holds, oldest first. Rows another worker is taking are skipped.
                 expired = conn.execute(
-                    "SELECT r.run FROM tracelock_queue_runs r JOIN tracelock_queue_leases l USING (run) "
-                    f"WHERE r.queue = %s AND r.state = 'leased' AND l.expires_ms < {_NOW_MS} "
+                    "SELECT r.run FROM tracelock_queue_runs r LEFT JOIN tracelock_queue_leases l USING (run) "
+                    f"WHERE r.queue = %s AND ((r.state IN ('leased', 'queued') AND l.expires_ms < {_NOW_MS}) "
+                    "OR (r.state = 'leased' AND l.run IS NULL)) "
                     "ORDER BY r.position LIMIT %s FOR UPDATE OF r SKIP LOCKED",
                     (queue, room),
                 ).fetchall()
                 taken = [(str(run), True) for (run,) in expired]
                 if len(taken) < room:
                     fresh = conn.execute(
-                        "SELECT run FROM tracelock_queue_runs WHERE queue = %s AND state = 'queued' "
-                        "ORDER BY position LIMIT %s FOR UPDATE SKIP LOCKED",
+                        "SELECT r.run FROM tracelock_queue_runs r WHERE r.queue = %s AND r.state = 'queued' "
+                        "AND NOT EXISTS (SELECT 1 FROM tracelock_queue_leases l WHERE l.run = r.run) "
+                        "ORDER BY r.position LIMIT %s FOR UPDATE SKIP LOCKED",
                         (queue, room - len(taken)),
                     ).fetchall()
                     taken += [(str(run), False) for (run,) in fresh]
                 if not taken:
                     continue
-                names = sorted(run for run, _ in taken)
                 recovered = {run for run, again in taken if again}
-                rows = conn.execute(
-                    "UPDATE tracelock_queue_runs r SET state = 'leased', attempts = attempts + 1 "
-                    f"WHERE run = ANY(%s) RETURNING {ITEM_COLUMNS}",
-                    (names,),
-                ).fetchall()
-                items = {str(row[0]): QueueItem.from_row(row, worker) for row in rows}
+                # The leases first, and never over a live one: another owner may have taken
+                # a run's lease since the rows were read (its insert then wins).
                 leases = conn.execute(
                     "INSERT INTO tracelock_queue_leases AS l (run, worker, token, expires_ms) "
                     f"SELECT run, %s, nextval('tracelock_queue_tokens'), {_NOW_MS} + %s FROM unnest(%s::text[]) AS run "
                     "ON CONFLICT (run) DO UPDATE SET worker = EXCLUDED.worker, token = EXCLUDED.token, "
-                    "expires_ms = EXCLUDED.expires_ms RETURNING run, token",
-                    (worker, lease_ms, names),
+                    f"expires_ms = EXCLUDED.expires_ms WHERE l.expires_ms < {_NOW_MS} RETURNING run, token",
+                    (worker, lease_ms, sorted(run for run, _ in taken)),
                 ).fetchall()
+                if not leases:
+                    continue
+                rows = conn.execute(
+                    "UPDATE tracelock_queue_runs r SET state = 'leased', attempts = attempts + 1 "
+                    f"WHERE run = ANY(%s) RETURNING {ITEM_COLUMNS}",
+                    (sorted(str(run) for run, _ in leases),),
+                ).fetchall()
+                items = {str(row[0]): QueueItem.from_row(row, worker) for row in rows}
                 for run, token in sorted(leases, key=lambda lease: items[str(lease[0])].enqueued_ms):
                     claims.append(Claim(items[str(run)], int(token), str(run) in recovered))
             return claims

@@ -61,11 +61,12 @@ from tracelock.storage.errors import (
     StorePermissionError,
     StoreReadOnlyError,
 )
+from tracelock.storage.ownership import AppendGuard
 from tracelock.storage.postgres.group_commit import CommitQueue, Request
 from tracelock.storage.postgres.location import redact_location, scrub
 from tracelock.storage.postgres.merkle import PostgresMerkle
+from tracelock.storage.postgres.ownership import PostgresOwnership
 from tracelock.storage.postgres.schema import SCHEMA_VERSION, prepare_schema
-from tracelock.storage.queue_backend import AppendGuard
 from tracelock.storage.run_fold import fold_runs
 
 if TYPE_CHECKING:
@@ -229,8 +230,9 @@ class PostgresStore:
         self._alone = False
         self._heads: dict[str, tuple[int, str] | None] = {}
         #: Called inside each append transaction for the runs this handle appends to under
-        #: a queue lease (tracelock.storage.queue_backend): refuses a lost lease's appends.
+        #: a lease (tracelock.storage.ownership): refuses a lost lease's appends.
         self.append_guard: AppendGuard | None = None
+        self._ownership: PostgresOwnership | None = None
         psycopg, pool_module = _driver()
         self._psycopg = psycopg
         options: dict[str, Any] = {"autocommit": True}
@@ -1227,6 +1229,19 @@ class PostgresStore:
     def repairs(self) -> list[Repair]:
         return []
 
+    # -- run ownership (tracelock.storage.ownership) ------------------------------------
+    def ownership(self) -> PostgresOwnership:
+        """The run leases of this handle (made on first use; its fence guards this
+        handle's appends)."""
+        with self._state_lock:
+            self._check_open()
+            if self._ownership is None:
+                if self._read_only:
+                    raise StoreReadOnlyError(f"the store at {self._shown} is open read-only: it cannot own runs")
+                self._ownership = PostgresOwnership(self._url, self)
+                self.append_guard = self._ownership.guard
+            return self._ownership
+
     def close(self) -> None:
         """Commit the appends still queued (coroutines' appends not awaited yet), then
         close the connections."""
@@ -1234,6 +1249,8 @@ class PostgresStore:
             if self._closed:
                 return
         self._queue.close()
+        if self._ownership is not None:
+            self._ownership.close()
         with self._state_lock:
             if self._closed:
                 return
