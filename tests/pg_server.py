@@ -1,5 +1,6 @@
 """A throwaway PostgreSQL cluster for the tests: ``initdb`` in a temporary directory, the
-server on a Unix socket there (no TCP), ``fsync`` on, stopped and removed at the end.
+server on a Unix socket there (no TCP, unless a test asks for a loopback port), ``fsync``
+on, stopped and removed at the end.
 
 One cluster per pytest process (each xdist worker has its own), one fresh database per
 test. As root (CI), ``initdb`` and ``pg_ctl`` run as the ``postgres`` system user, which
@@ -14,9 +15,12 @@ import itertools
 import os
 import pwd
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -59,6 +63,9 @@ class Cluster:
     base: Path
     bindir: Path
     prefix: list[str]
+    #: The TCP port on 127.0.0.1 (also the number in the Unix socket's name), or None:
+    #: the Unix socket only, on the default port number.
+    port: int | None = None
 
     @property
     def socket_dir(self) -> Path:
@@ -70,7 +77,43 @@ class Cluster:
 
     def url(self, database: str, user: str = SUPERUSER, password: str | None = None) -> str:
         auth = user if password is None else f"{user}:{quote(password, safe='')}"
-        return f"postgresql://{auth}@/{database}?host={self.socket_dir}"
+        port = "" if self.port is None else f"&port={self.port}"
+        return f"postgresql://{auth}@/{database}?host={self.socket_dir}{port}"
+
+    def tcp_url(self, database: str) -> str:
+        """The superuser's connection string over TCP (loopback; a TCP cluster only)."""
+        assert self.port is not None, "a cluster started with tcp=True"
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def server_pids(self) -> list[int]:
+        """The postmaster's pid, then its children's (the backends and the helpers)."""
+        postmaster = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # a process that ended meanwhile
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """A server that is gone without closing its sockets: every server process stopped
+        (SIGSTOP) for the block, continued (SIGCONT) at its end whatever happens. The
+        kernel still answers TCP for it, as for a hung process on a live host."""
+        pids = self.server_pids()
+        stopped: list[int] = []
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            yield
+        finally:
+            for pid in stopped:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.prefix, *args], capture_output=True, text=True, check=False)
@@ -97,10 +140,12 @@ class Cluster:
 
 
 def server_options(cluster: Cluster) -> str:
-    """The server's settings: Unix socket only, durable commits (``fsync`` on)."""
+    """The server's settings: Unix socket only (or also a loopback port), durable commits
+    (``fsync`` on)."""
+    listen = ["-c listen_addresses=''"] if cluster.port is None else ["-c listen_addresses=127.0.0.1", f"-c port={cluster.port}"]
     return " ".join(
         [
-            "-c listen_addresses=''",
+            *listen,
             f"-c unix_socket_directories={cluster.socket_dir}",
             "-c fsync=on",
             "-c synchronous_commit=on",
@@ -111,7 +156,17 @@ def server_options(cluster: Cluster) -> str:
     )
 
 
-def start_cluster() -> Cluster:
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start_cluster(*, tcp: bool = False) -> Cluster:
+    """A new cluster; ``tcp``: also listening on a free loopback port (the superuser logs
+    in there by trust)."""
     bindir = find_bindir()
     base = Path(tempfile.mkdtemp(prefix="tlpg-"))  # short: a socket path has ~100 bytes at most
     prefix: list[str] = []
@@ -122,7 +177,7 @@ def start_cluster() -> Cluster:
             raise ServerError("running as root, and there is no postgres system user to run the server") from None
         os.chown(base, account.pw_uid, account.pw_gid)
         prefix = ["runuser", "-u", "postgres", "--"]
-    cluster = Cluster(base, bindir, prefix)
+    cluster = Cluster(base, bindir, prefix, free_port() if tcp else None)
     cluster.run("mkdir", str(cluster.socket_dir))
     init = cluster.run(
         str(bindir / "initdb"), "-D", str(cluster.data_dir), "-U", SUPERUSER, "-E", "UTF8",
@@ -134,6 +189,8 @@ def start_cluster() -> Cluster:
     hba = cluster.data_dir / "pg_hba.conf"
     # The password role logs in with its password, everyone else by trust on the socket.
     rules = f"local all {PASSWORD_ROLE} scram-sha-256\n" + hba.read_text()
+    if tcp:
+        rules = f"host all {SUPERUSER} 127.0.0.1/32 trust\n" + rules
     hba.write_text(rules)
     options = server_options(cluster)
     log = cluster.base / "server.log"
@@ -196,6 +253,17 @@ def own_pg_cluster() -> Iterator[Cluster]:
     """A cluster of the test's own, for a test that stops and restarts its server."""
     try:
         cluster = start_cluster()
+    except ServerError as exc:
+        pytest.fail(f"cannot start a PostgreSQL server for the test: {exc}")
+    yield cluster
+    stop_cluster(cluster)
+
+
+@pytest.fixture
+def own_tcp_pg_cluster() -> Iterator[Cluster]:
+    """A cluster of the test's own that also listens on a loopback TCP port."""
+    try:
+        cluster = start_cluster(tcp=True)
     except ServerError as exc:
         pytest.fail(f"cannot start a PostgreSQL server for the test: {exc}")
     yield cluster

@@ -113,8 +113,9 @@ def test_a_server_crash_fails_the_in_doubt_commit_loudly_and_a_new_handle_goes_o
     cluster.crash()
     blocker.close()
     read_until(child, lambda got: any(line.startswith("OLD ") for line in got), lines)
-    # The commit in flight is reported as in doubt, and the handle refuses to go on.
-    assert "ERROR STORE_DURABILITY_FAILED" in lines
+    # The commit in flight is reported as in doubt (a lost connection, a durability
+    # error), and the handle refuses to go on.
+    assert "ERROR STORE_CONNECTION_LOST" in lines
     assert "OLD STORE_CLOSED" in lines
     before = acknowledged(lines)
     cluster.restart()

@@ -14,6 +14,7 @@ __all__ = [
     "SegmentCorruptError",
     "StoreClosedError",
     "StoreConnectionError",
+    "StoreConnectionLostError",
     "StoreDriverMissingError",
     "StoreError",
     "StoreFormatError",
@@ -118,6 +119,16 @@ class StoreConnectionError(StoreError):
     string, an unreachable server, a failed login). The message never holds the password."""
 
     code = "STORE_CONNECTION_FAILED"
+
+
+class StoreConnectionLostError(DurabilityError):
+    """A server backend stopped answering a writer: the connection was lost, the server
+    gave no answer within the writer's statement timeout, or cancelled the statement at it
+    (``docs/storage-postgres.md``, "When the server goes away"). The append's outcome is
+    unknown, so it is never retried, and the handle accepts no more work (a
+    :class:`DurabilityError`); every append waiting in the handle fails with it too."""
+
+    code = "STORE_CONNECTION_LOST"
 
 
 class StorePermissionError(StoreError):

@@ -56,12 +56,14 @@ from tracelock.storage.errors import (
     RunNotFoundError,
     StoreClosedError,
     StoreConnectionError,
+    StoreConnectionLostError,
     StoreDriverMissingError,
     StoreError,
     StorePermissionError,
     StoreReadOnlyError,
 )
 from tracelock.storage.ownership import AppendGuard
+from tracelock.storage.postgres.connection import WATCH_GRACE_S, CommitWatch, connection_settings
 from tracelock.storage.postgres.group_commit import CommitQueue, Request
 from tracelock.storage.postgres.location import redact_location, scrub
 from tracelock.storage.postgres.merkle import PostgresMerkle
@@ -122,6 +124,11 @@ class _ConnectionLost(StoreConnectionError):
 
 #: A run the store has no row for (its first entry gets ``i`` 0).
 _FRESH: Any = ("fresh",)
+
+
+#: The writer's statement timeout (seconds) unless the location sets
+#: ``tracelock_statement_timeout`` (:mod:`tracelock.storage.postgres.connection`).
+DEFAULT_STATEMENT_TIMEOUT = 5.0
 
 
 #: How long a held entry may wait for a later one to share its commit (ms, by the store's
@@ -200,7 +207,9 @@ class PostgresStore:
 
     ``clock`` gives entry timestamps (milliseconds; default the wall clock) and
     ``store_id`` names a store this handle creates (default random). ``pool_size`` bounds
-    the connections this handle opens.
+    the connections this handle reads on; appends are written on one session of their own.
+    ``connect_timeout`` and ``statement_timeout`` (the writer's, seconds, 0 for none) apply
+    unless the location sets them (``connect_timeout``, ``tracelock_statement_timeout``).
     """
 
     def __init__(
@@ -213,9 +222,19 @@ class PostgresStore:
         store_id: Callable[[], str] | None = None,
         pool_size: int = 4,
         connect_timeout: float = 10.0,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
     ) -> None:
-        self._url = location
         self._shown = redact_location(location)
+        settings = connection_settings(
+            location, connect_timeout=connect_timeout, statement_timeout=statement_timeout
+        )
+        #: The location as libpq gets it (keepalives and timeouts added): every session of
+        #: the store, the run queue's too, connects with it.
+        self._url = settings.url
+        self._statement_timeout = settings.statement_timeout
+        #: The commit leader's session (:meth:`_writer_session`) and its deadline.
+        self._writer: Any = None
+        self._watch = CommitWatch(settings.watch_limit)
         self._read_only = read_only
         self._clock = clock or wall_clock_ms
         self._closed = False
@@ -236,10 +255,8 @@ class PostgresStore:
         psycopg, pool_module = _driver()
         self._psycopg = psycopg
         options: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in location:
-            options["connect_timeout"] = max(1, round(connect_timeout))
         try:
-            conn = psycopg.connect(location, **options)
+            conn = psycopg.connect(self._url, **options)
         except psycopg.Error as exc:
             raise self._translate(exc, "cannot connect to") from None
         try:
@@ -251,12 +268,16 @@ class PostgresStore:
                 where=self._shown,
                 store_id=store_id or random_store_id,
             )
+            if not read_only:  # the session that opened the store becomes the writer's
+                self._limit_statements(conn)
+                self._writer = conn
         except psycopg.Error as exc:
             raise self._translate(exc, "cannot open the store in") from None
         finally:
-            conn.close()
+            if self._writer is not conn:
+                conn.close()
         self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(
-            location,
+            self._url,
             min_size=1,
             max_size=max(1, pool_size),
             kwargs=options,
@@ -269,6 +290,7 @@ class PostgresStore:
             self._pool.open(wait=True, timeout=connect_timeout * 3)
         except pool_module.PoolTimeout:
             self._pool.close()
+            self._drop_writer()
             raise StoreConnectionError(
                 f"cannot connect to {self._shown}: no connection within {connect_timeout * 3:g} s",
                 details={"store": self._shown},
@@ -297,6 +319,7 @@ class PostgresStore:
     def _connection(self, doing: str, *, writing: bool = False) -> Iterator[Any]:
         self._check_open()
         psycopg = self._psycopg
+        conn = None
         try:
             with self._pool.connection() as conn:
                 yield conn
@@ -307,7 +330,8 @@ class PostgresStore:
             if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
                 if writing:
                     # The commit's outcome is unknown: never retried, and the handle is done.
-                    failure = DurabilityError(error.message, details=error.details)
+                    kind = StoreConnectionLostError if conn is not None and conn.broken else DurabilityError
+                    failure = kind(error.message, details=error.details)
                     self._failed = failure
                     raise failure from None
                 # A lost connection (a server restart): the pool replaces its dead
@@ -420,19 +444,29 @@ class PostgresStore:
         ``i``), the unique keys refuse the insert, nothing commits, and the two round trips
         follow. An invalid item fails its own request only.
 
-        A connection lost in (1) (a server restart left the pool's connections dead) is
-        retried once on a fresh connection: nothing was sent that could commit. A connection
-        lost once ``COMMIT`` was sent leaves the commit in doubt: every request of the batch
-        fails with ``STORE_DURABILITY_FAILED``, never retried, and the handle accepts no
-        more work.
+        The transaction runs on the writer's own session (:meth:`_writer_session`), under
+        its statement timeout and the handle's watch (:class:`CommitWatch`). A session that
+        died idle (a server restart) is found before anything that could commit is sent,
+        and the batch is tried once more on a new one. A connection lost once the commit
+        was sent, a statement the server cancelled at the timeout, or one left unanswered
+        past the watch's limit (a server gone without closing the socket) leaves the commit
+        in doubt: every request of the batch, and every one queued behind it, fails with
+        ``STORE_CONNECTION_LOST``, never retried, and the handle accepts no more work.
         """
+        failed = self._failed
+        if isinstance(failed, StoreConnectionLostError):
+            # Queued before the handle lost its server: these appends fail with that loss.
+            raise StoreConnectionLostError(failed.message, details=failed.details)
         self._check_open()
         psycopg = self._psycopg
         names = list(dict.fromkeys(item[0] for request in batch for item in request.items))
         for attempt in (1, 2):
             committing = [False]
+            known = self._writer is not None and not self._writer.closed
+            conn = None
             try:
-                with self._pool.connection() as conn:
+                conn = self._writer_session()
+                with self._watch.watching(conn):
                     try:
                         self._transact(conn, batch, names, committing)
                     except BaseException:
@@ -445,6 +479,18 @@ class PostgresStore:
             except psycopg.Error as exc:
                 lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
                 error = self._translate(exc, "cannot append to")
+                gone = self._gone(exc, conn, committing[0])
+                if lost:
+                    self._drop_writer()
+                failure: DurabilityError
+                if gone is not None:
+                    failure = StoreConnectionLostError(
+                        f"{gone}: the outcome of the append is unknown, so it is never retried and "
+                        f"this handle accepts no more work: {error.message}",
+                        details={**error.details, "statement_timeout": self._statement_timeout},
+                    )
+                    self._failed = failure
+                    raise failure from None
                 if lost and committing[0]:
                     failure = DurabilityError(
                         f"the outcome of a commit is unknown (the connection was lost during it), "
@@ -453,18 +499,51 @@ class PostgresStore:
                     )
                     self._failed = failure
                     raise failure from None
-                if lost:
-                    self._refresh_pool()
-                    if attempt == 1:
-                        continue
+                if lost and known and attempt == 1:
+                    continue  # a session that died idle (a server restart): once more, on a new one
                 raise error from None
-            except Exception as exc:
-                if type(exc).__name__ == "PoolTimeout":
-                    raise StoreConnectionError(
-                        f"cannot append to {self._shown}: no connection available: {scrub(str(exc), self._url)}",
-                        details={"store": self._shown},
-                    ) from None
+
+    def _gone(self, exc: BaseException, conn: Any, committing: bool) -> str | None:
+        """Why the server is taken for gone after ``exc`` on the writer's session ``conn``,
+        or None: the watch cut a statement that went unanswered, the server cancelled one
+        (its statement timeout), or the session broke while a commit was under way."""
+        if self._watch.was_cut(conn):
+            limit = self._statement_timeout + WATCH_GRACE_S
+            return f"the server gave no answer within {limit:g} s (the statement timeout and {WATCH_GRACE_S:g} s)"
+        if isinstance(exc, self._psycopg.errors.QueryCanceled):
+            return f"the server cancelled the append (statement timeout {self._statement_timeout:g} s)"
+        if committing and conn is not None and conn.broken:
+            return "the connection was lost during a commit"
+        return None
+
+    def _writer_session(self) -> Any:
+        """The session the commit leader writes on (one leader at a time uses it), opened
+        again when it was lost, with the writer's statement timeout."""
+        conn = self._writer
+        if conn is None or conn.closed:
+            conn = self._psycopg.connect(self._url, autocommit=True)
+            try:
+                _configure(conn)
+                self._limit_statements(conn)
+            except BaseException:
+                conn.close()
                 raise
+            self._writer = conn
+        return conn
+
+    def _limit_statements(self, conn: Any) -> None:
+        """Give the writer's session its statement timeout (``statement_timeout``, so the
+        server cancels, and rolls back, an append stuck longer, e.g. waiting for the
+        writers' lock). Only this session: reads, migrations, lock and queue waits keep the
+        server's setting."""
+        if self._statement_timeout > 0:
+            conn.execute(f"SET statement_timeout = {max(1, round(self._statement_timeout * 1000))}".encode())
+
+    def _drop_writer(self) -> None:
+        conn, self._writer = self._writer, None
+        if conn is not None:
+            with suppress(Exception):
+                conn.close()
 
     def _refresh_pool(self) -> None:
         """Replace the pool's dead connections (after a server restart), so that the next
@@ -1101,12 +1180,9 @@ class PostgresStore:
         """A new autocommit session that ran the advisory lock ``query``, and its row."""
         self._check_open()
         psycopg = self._psycopg
-        options: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in self._url:
-            options["connect_timeout"] = 10
         conn = None
         try:
-            conn = psycopg.connect(self._url, **options)
+            conn = psycopg.connect(self._url, autocommit=True)
             row = conn.execute(query.encode(), (key,)).fetchone()
         except psycopg.Error as exc:
             if conn is not None:
@@ -1255,6 +1331,8 @@ class PostgresStore:
             if self._closed:
                 return
             self._closed = True
+        self._watch.close()
+        self._drop_writer()
         self._pool.close()
 
     def __enter__(self) -> Self:
