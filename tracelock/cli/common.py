@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from tracelock.errors import TracelockError
+from tracelock.storage.failures import file_error
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -44,11 +45,12 @@ class _StoreLocation(click.Path):
 
 def store_option(func: F) -> F:
     """Add ``--store DIR`` or ``--store postgresql://...`` (or ``TRACELOCK_STORE``), default
-    ``./.tracelock``."""
+    ``./.tracelock``. Whether the directory can be read is the store's to say, with its
+    error code (``STORE_PERMISSION_DENIED``), not click's."""
     return click.option(
         "--store",
         "store_path",
-        type=_StoreLocation(path_type=Path, file_okay=False),
+        type=_StoreLocation(path_type=Path, file_okay=False, readable=False),
         envvar="TRACELOCK_STORE",
         default=Path(".tracelock"),
         show_default=True,
@@ -77,7 +79,10 @@ def emit(as_json: bool, document: dict[str, Any], text: Callable[[], str] | str)
 def reports_errors(func: F) -> F:
     """Turn a :class:`TracelockError` escaping a command into a clear message and exit 2.
 
-    With ``--json`` the error is printed as ``{"ok": false, "error": {...}}`` on stdout.
+    With ``--json`` the error is printed as ``{"ok": false, "error": {...}}`` on stdout. A
+    file the system refused (``OSError``) that no layer turned into a coded error is
+    reported the same way, with the code its cause has for a store file (a full device,
+    permission denied, a read-only file system...), never as a traceback.
     """
 
     @functools.wraps(func)
@@ -85,10 +90,17 @@ def reports_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TracelockError as exc:
-            if kwargs.get("as_json"):
-                print_json({"ok": False, "error": exc.to_dict()})
-            else:
-                click.echo(f"error [{exc.code}]: {exc.message}", err=True)
-            sys.exit(EXIT_USAGE)
+            report_error(exc, as_json=bool(kwargs.get("as_json")))
+        except OSError as exc:
+            report_error(file_error(exc, "a file could not be used"), as_json=bool(kwargs.get("as_json")))
 
     return wrapper  # type: ignore[return-value]
+
+
+def report_error(exc: TracelockError, *, as_json: bool) -> None:
+    """Print ``exc`` as ``error [CODE]: message`` (or its JSON document) and exit 2."""
+    if as_json:
+        print_json({"ok": False, "error": exc.to_dict()})
+    else:
+        click.echo(f"error [{exc.code}]: {exc.message}", err=True)
+    sys.exit(EXIT_USAGE)

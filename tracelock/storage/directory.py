@@ -40,6 +40,12 @@ per transaction, never across a run:
   lock taken does not wait: it builds a private index, as before.
 * Merkle queries take the lock to bring the shared tree files up to the index, then answer
   from that state; ``verify --store`` holds it while it compares the index with the journal.
+* A reader that may not write the store (no write permission, a read-only file system, a
+  full disk) takes the lock through a read-only descriptor, or not at all when it cannot open
+  the lock file, and keeps its index and Merkle tree in memory (``private_index_reason``).
+* A write that fails (``STORE_FULL`` when the journal or the index cannot grow, see
+  ``failures``) kills the handle: every later call raises that error, the writer lock is let
+  go, and nothing is recorded for it; the next open catches the index up from the journal.
 
 Two handles of one store in one process are two writers: a handle never waits for its own
 process, but a coroutine must not append through a second handle while the first has a
@@ -100,6 +106,7 @@ from tracelock.storage.errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
+from tracelock.storage.failures import READ_ONLY_ERRNOS, file_error, index_error
 from tracelock.storage.fileio import OS_FILES, FileIO
 from tracelock.storage.files import create_durably, fsync_dir, write_durably
 from tracelock.storage.index import (
@@ -155,6 +162,8 @@ _NEWLINE = b"\n"
 _BATCH_READ_BYTES = 1 << 16
 #: How many of the newest entry locations an open checks against the journal.
 _SPOT_CHECK = 64
+#: What SQLite says of an index file that is damaged (rebuilt), rather than unusable here.
+_DAMAGED_INDEX = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
 
@@ -244,34 +253,43 @@ class DirectoryStore:
         #: Why ``index.sqlite`` was found altered when a read-only handle opened it (the
         #: handle then uses a private index built from the journal); a writer refuses.
         self.index_problem: str | None = None
+        #: Why this handle answers from a private index built from the journal rather than
+        #: ``index.sqlite`` (another process held the writer lock throughout its open, or
+        #: this process may not write the store's files); None when it uses the file.
+        self.private_index_reason: str | None = None
+        #: A read-only handle on a store this process may not write keeps its index and
+        #: its Merkle tree in memory (``_tree_writable``: it may write the tree's files).
+        self._index_writable = True
+        self._tree_writable = True
+        #: The failure that killed this handle (a write of the index, or of the journal
+        #: outside the commit log, that failed): every later call raises it.
+        self._failure: StoreError | None = None
+        self._next_seq = 0  # the journal's entry count, set once it is indexed at open
 
         meta_path = self._path / "store.json"
-        if not meta_path.exists():
-            if read_only or not create:
-                raise StoreNotFoundError(f"no tracelock store at {self._path}")
-            self._create(store_id or random_store_id)
-        self._check_format(meta_path)
         journal = self._path / "journal.log"
         try:
+            if not meta_path.exists():
+                if read_only or not create:
+                    raise StoreNotFoundError(f"no tracelock store at {self._path}")
+                self._create(store_id or random_store_id)
+            self._check_format(meta_path)
             # A writer waits for the lock (one commit of another process at most); a reader
             # takes it too when it is free: it may then repair a torn tail and bring the
             # on-disk index up to date. When a commit holds it, a reader builds a private
             # in-memory index instead and repairs nothing. Either lets go once open.
             self._owns_lock = self._acquire_lock(wait_fail=not read_only)
             self._writable = self._owns_lock
-            self._file = wrap(self._files.open(journal, write=self._writable), self._path)
+            # A reader never writes the journal or the mark (only a writer repairs).
+            self._file = wrap(self._files.open(journal, write=self._writable and not read_only), self._path)
             self._sealed = self._file if isinstance(self._file, SealedJournal) else None
             if self._sealed is not None and self._writable and not read_only:
                 self._sealed.prepare()
-            self._mark = SyncedMark.open(self._files, self._path, write=self._writable)
-            self._index = self._open_index()
-            with self._index.transaction():
-                end = self._catch_up()
-                self._next_seq = self._index.entry_count
-                self._payloads_complete = not self._index.has_payloads()
+            self._mark = SyncedMark.open(self._files, self._path, write=self._writable and not read_only)
+            end = self._index_journal()
             self._indexed_end = end
             self._tree: MerkleTreeFile | None = None
-            if self._owns_lock:
+            if self._owns_lock and not read_only:
                 self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
                 self._sync_tree()
             if self._writable and not read_only:
@@ -283,13 +301,22 @@ class DirectoryStore:
                     self._seal_at = self._sealed.sealed_end + seal_bytes
             if self._held and not self._hold_for_life:
                 self._unlock()
+        except OSError as exc:
+            self._release()
+            raise file_error(exc, f"cannot open the store at {self._path}") from None
+        except sqlite3.Error as exc:
+            self._release()
+            raise index_error(exc, self._path / "index.sqlite") from None
         except BaseException:
             self._release()
             raise
 
     # -- opening -----------------------------------------------------------------------
     def _create(self, store_id: Callable[[], str]) -> None:
-        self._path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise StoreFormatError(f"{self._path} is not a store: a file is in the way of the store directory") from None
         # Both made durable here; store.json, written last, syncs the directory that
         # names them, and marks the store as created.
         for name, content in (("journal.log", b""), (MARK_FILE, encode_mark(0))):
@@ -306,8 +333,12 @@ class DirectoryStore:
 
     def _check_format(self, meta_path: Path) -> None:
         try:
-            marker = json.loads(meta_path.read_bytes())
-        except (OSError, ValueError) as exc:
+            raw = meta_path.read_bytes()
+        except OSError as exc:
+            raise file_error(exc, f"cannot read {meta_path}") from None
+        try:
+            marker = json.loads(raw)
+        except ValueError as exc:
             raise StoreFormatError(f"{meta_path} is unreadable: {exc}") from None
         if not isinstance(marker, dict) or marker.get("format") != STORE_FORMAT:
             raise StoreFormatError(f"{self._path} is not a tracelock store")
@@ -320,18 +351,26 @@ class DirectoryStore:
         self.store_id = str(marker.get("store_id", ""))
         if not (self._path / "journal.log").exists():
             raise StoreFormatError(f"{self._path} has no journal.log")
+        if (self._path / "journal.log").is_dir():
+            raise StoreFormatError(f"{self._path / 'journal.log'} is a directory, not a journal file")
 
     def _acquire_lock(self, *, wait_fail: bool) -> bool:
         """Open the lock file and take the writer lock for the open: a writer (``wait_fail``)
         waits for it (another process holds it for one commit at most); a reader tries for
-        about a tenth of a second (:meth:`_try_lock`), then returns False (or at once when
-        the lock file cannot be opened: a read-only directory)."""
+        about a tenth of a second (:meth:`_try_lock`), then returns False. A reader that may
+        not write the lock file takes the lock through a read-only descriptor (``flock``
+        needs no write access); when it cannot even open the file (a read-only directory
+        without one), it returns False at once."""
         try:
             fd = os.open(self._path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except PermissionError:
-            if wait_fail:
+        except OSError as exc:
+            if wait_fail or exc.errno not in READ_ONLY_ERRNOS:
                 raise
-            return False
+            try:
+                fd = os.open(self._path / "lock", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self.private_index_reason = f"this process cannot open the store's lock file ({exc.strerror})"
+                return False
         try:
             if wait_fail:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -339,6 +378,7 @@ class DirectoryStore:
                 self._try_lock(fd)
         except BlockingIOError:
             self._lock_fd = fd  # kept open: a Merkle query takes the lock later
+            self.private_index_reason = "another process holds the store"
             return False
         except OSError as exc:
             os.close(fd)
@@ -566,13 +606,43 @@ class DirectoryStore:
         entry = self._read_entry(*prior[-1])
         return None if entry.kind in TERMINAL_KINDS else (entry.i, entry.hash)
 
+    def _index_journal(self) -> int:
+        """Bring the index up to the journal at open (:meth:`_catch_up`); return where the
+        journal's data ends. A reader that may not write ``index.sqlite`` (a read-only
+        store, or a full disk) indexes the journal privately instead, as when another
+        process holds the lock."""
+        try:
+            self._index = self._open_index()
+            return self._catch_up_at_open()
+        except sqlite3.Error as exc:
+            if not self._read_only:
+                raise
+            index = getattr(self, "_index", None)
+            if index is not None:
+                index.close()
+            self._index_writable = False
+            self._owns_lock = False
+            self.private_index_reason = f"this process cannot write the store's index ({exc})"
+            self._index = self._open_index()
+            return self._catch_up_at_open()
+
+    def _catch_up_at_open(self) -> int:
+        with self._index.transaction():
+            end = self._catch_up()
+            self._next_seq = self._index.entry_count
+            self._payloads_complete = not self._index.has_payloads()
+        return end
+
     def _open_index(self) -> Index:
         path = self._path / "index.sqlite"
-        if not self._owns_lock:
+        if not self._owns_lock or not self._index_writable:
             return Index(Path(":memory:"))
         try:
             return Index(path)
-        except sqlite3.DatabaseError:  # a damaged cache is rebuilt, never trusted
+        except sqlite3.DatabaseError as exc:  # a damaged cache is rebuilt, never trusted
+            code = getattr(exc, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF not in _DAMAGED_INDEX:
+                raise  # a file this process may not write, a full disk: not damage
             for suffix in ("", "-wal", "-shm"):
                 Path(str(path) + suffix).unlink(missing_ok=True)
             return Index(path)
@@ -980,25 +1050,39 @@ class DirectoryStore:
         with self._lock:
             held = self._held
             if not held and not self._lock_merkle():
-                raise StoreError(
-                    f"Merkle proofs need the store's writer lock, and the lock file of "
-                    f"{self._path} cannot be opened (a read-only directory?)"
-                )
+                # A reader that cannot take the lock (a read-only directory without a lock
+                # file) answers from a tree of its own, over its own index, kept in memory.
+                self._tree_writable = False
+                with self._index_lock:
+                    return self._load_tree()
             try:
                 with self._index_lock:
                     if self._log is not None:
                         self._log.flush()
                         self._flush_pending_locked()
-                    if self._tree is not None:
-                        self._tree.close()
-                    self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes)
-                    self._catch_up_tree()
-                    if self._tree.problem is None:
-                        self._tree.flush()
-                    return self._tree
+                    try:
+                        return self._load_tree()
+                    except OSError as exc:
+                        if not self._read_only or exc.errno not in READ_ONLY_ERRNOS:
+                            raise file_error(exc, f"cannot write the Merkle tree of the store at {self._path}") from None
+                        self._tree_writable = False  # a reader that may not write the tree's files
+                        return self._load_tree()
             finally:
                 if not held:
                     self._release_if_idle_locked()
+
+    def _load_tree(self) -> MerkleTreeFile:
+        """Open the tree files, bring the tree up to the index and write what it added
+        (only in memory when this handle may not write them). Holds ``_index_lock``."""
+        if self._tree is not None:
+            tree, self._tree = self._tree, None
+            with contextlib.suppress(OSError):  # a cache: the new tree is read from the files
+                tree.close()
+        self._tree = MerkleTreeFile(self._path / "merkle", self._leaf_hashes, writable=self._tree_writable)
+        self._catch_up_tree()
+        if self._tree.problem is None:
+            self._tree.flush()
+        return self._tree
 
     def _lock_merkle(self) -> bool:
         """Take the writer lock for a Merkle query, which maintains files every process
@@ -1015,16 +1099,35 @@ class DirectoryStore:
         self._held = True
         try:
             with self._index_lock:
-                if not self._owns_lock:
-                    self._index.close()
-                    self._owns_lock = True
-                    self._index = self._open_index()
+                if not self._owns_lock and self._index_writable:
+                    self._use_index_file()
                 with self._index.transaction():
                     self._catch_up()
         except BaseException:
             self._unlock()
             raise
         return True
+
+    def _use_index_file(self) -> None:
+        """A reader that opened with a private index switches to ``index.sqlite``, brought
+        up to the journal; it keeps the private one when it may not write the file.
+        Holds the writer lock and ``_index_lock``."""
+        private = self._index
+        self._owns_lock = True
+        try:
+            self._index = self._open_index()
+            with self._index.transaction():
+                self._catch_up()
+        except sqlite3.Error as exc:
+            if self._index is not private:
+                self._index.close()
+            self._index = private
+            self._owns_lock = False
+            self._index_writable = False
+            self.private_index_reason = f"this process cannot write the store's index ({exc})"
+            return
+        private.close()
+        self.private_index_reason = None
 
     def tree_size(self) -> int:
         """Number of leaves (= entries) covered by the store's Merkle tree."""
@@ -1141,14 +1244,21 @@ class DirectoryStore:
 
     def _settle(self, out: list[Entry], end: int, backlog: bool, durable: bool) -> list[Entry]:
         log = self._writer()
-        if durable:
-            log.wait_durable(end)
-        else:
-            # Written at once (not fsynced): a process crash loses nothing appended; only a
-            # machine crash can lose what the next durability point had not covered yet.
-            log.flush()
-        if backlog:
-            self._flush_index()
+        try:
+            if durable:
+                log.wait_durable(end)
+            else:
+                # Written at once (not fsynced): a process crash loses nothing appended; only a
+                # machine crash can lose what the next durability point had not covered yet.
+                log.flush()
+            if backlog:
+                self._flush_index()
+        except StoreError:
+            # The handle is dead (its log failed): the writer lock goes at once, so that
+            # other processes (`tracelock recover`) are not kept waiting for this one's end.
+            with self._lock:
+                self._release_if_idle_locked()
+            raise
         self._release_if_idle()
         return out
 
@@ -1356,8 +1466,25 @@ class DirectoryStore:
         return self._log
 
     def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._failure
         if self._closed:
             raise StoreClosedError("the store is closed")
+
+    def _fail(self, error: StoreError) -> StoreError:
+        """Kill the handle: a write of the store failed part way (the index, a payload's
+        erasure), so what this handle knows may no longer match the files. Every later
+        call raises ``error`` (the journal's commit log included), and the writer lock is
+        let go. Nothing is repaired here: the next open catches the index up from the
+        journal. Holds ``_lock``."""
+        if self._failure is None:
+            self._failure = error
+            if self._log is not None:
+                self._log.fail(error)
+        if self._held and not self._hold_for_life:
+            self._unlock()
+        self._pinned = False
+        return self._failure
 
     def _head(self, run: str) -> tuple[int, str] | None:
         """The run's last (index, hash), or None for a new run. Holds ``_lock``.
@@ -1433,9 +1560,12 @@ class DirectoryStore:
                     return False
                 blank = b"-" + current[1:66] + b" " * (length - 66)
                 written = 0
-                while written < len(blank):
-                    written += self._file.pwrite(blank[written:], offset + written)
-                self._file.fdatasync()
+                try:
+                    while written < len(blank):
+                        written += self._file.pwrite(blank[written:], offset + written)
+                    self._file.fdatasync()
+                except OSError as exc:
+                    raise self._fail(file_error(exc, f"erasing payload {digest} failed")) from None
                 return True
             finally:
                 self._release_if_idle_locked()
@@ -1460,7 +1590,12 @@ class DirectoryStore:
         del pending.entries[:cut_entries], pending.payloads[:cut_payloads]
         pending.runs = {entry.run for _, (entry, _) in pending.entries}
         with self._index_lock:
-            self._add_rows(entries, payloads, journal_end)
+            try:
+                self._add_rows(entries, payloads, journal_end)
+            except sqlite3.Error as exc:
+                # Those rows are lost to this handle: it is dead, and the next open indexes
+                # the journal from where the index ends.
+                raise self._fail(index_error(exc, self._path / "index.sqlite")) from None
         self._indexed_end = journal_end
         for entry, _ in entries:
             if entry.kind in TERMINAL_KINDS:
@@ -1921,13 +2056,15 @@ class DirectoryStore:
             self._ownership.close()
         try:
             log = self._log
-            if log is not None:
+            if log is not None and self._failure is None:
                 try:
                     log.close(truncate=False)
                 finally:
+                    # A failed log is done with: nothing more is written for it.
                     with self._lock:
-                        self._flush_pending_locked()
-                        self._cut_free_space(log)
+                        if self._failure is None and log.error is None:
+                            self._flush_pending_locked()
+                            self._cut_free_space(log)
         finally:
             self._closed = True
             self._release()
@@ -1954,7 +2091,10 @@ class DirectoryStore:
             index.close()
         tree = getattr(self, "_tree", None)
         if tree is not None:
-            tree.close()
+            # The tree is a cache that the next query brings up to the index: a full disk
+            # or a read-only file system must not turn a close into a failure.
+            with contextlib.suppress(OSError):
+                tree.close()
         for name in ("_file", "_mark"):
             handle = getattr(self, name, None)
             if handle is not None:

@@ -49,7 +49,8 @@ class StoreFormatError(StoreError):
 
 
 class StoreReadOnlyError(StoreError):
-    """A write was attempted through a read-only handle."""
+    """A write was attempted through a read-only handle, or on a store whose file system is
+    mounted read-only."""
 
     code = "STORE_READ_ONLY"
 
@@ -69,7 +70,8 @@ class DurabilityError(StoreError):
 
 
 class StoreFullError(DurabilityError):
-    """The device is full (ENOSPC/EDQUOT). Fatal for the handle like any durability error."""
+    """The device is full (ENOSPC/EDQUOT): the journal or the index cannot grow. Fatal for
+    the handle like any durability error."""
 
     code = "STORE_FULL"
 
@@ -133,7 +135,7 @@ class StoreConnectionLostError(DurabilityError):
 
 class StorePermissionError(StoreError):
     """The server's account lacks a privilege the store needs (to create its tables, or to
-    read or write them)."""
+    read or write them); or the system refuses this user a file of a directory store."""
 
     code = "STORE_PERMISSION_DENIED"
 

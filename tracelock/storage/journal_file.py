@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreFullError
+from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreError, StoreFullError
 from tracelock.storage.fileio import JournalFile, OSFile
 from tracelock.storage.sealed import SealedJournal
 from tracelock.storage.synced_mark import SyncedMark
@@ -203,7 +203,7 @@ class GroupCommitLog:
         self._leading = False
         self._waiters: list[_Waiter] = []
         self._loop_waiters: dict[asyncio.AbstractEventLoop, list[tuple[int, asyncio.Future[Any], Any]]] = {}
-        self._error: DurabilityError | None = None
+        self._error: StoreError | None = None
         self._closed = False
         self._max_buffer = max_buffer
         self.syncs = 0
@@ -213,6 +213,21 @@ class GroupCommitLog:
     @property
     def queued_end(self) -> int:
         return self._queued_end
+
+    @property
+    def error(self) -> StoreError | None:
+        """The failure that ended this log (it then writes nothing more), or None."""
+        return self._error
+
+    def fail(self, error: StoreError) -> None:
+        """End the log with ``error`` (the store's handle died of it elsewhere: its index
+        could not be written): every later call raises it, and waiters are woken with it."""
+        with self._mutex:
+            if self._error is None:
+                self._error = error
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.wake()
 
     @property
     def durable_end(self) -> int:

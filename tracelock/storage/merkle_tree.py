@@ -128,11 +128,15 @@ class MerkleTreeFile:
 
     ``leaf_hashes(start, end)`` must return the leaf hashes of any range of already appended
     leaves; the tree asks for at most one 16-leaf chunk per query.
+
+    ``writable=False``: the files are only read (a process that may read the store but not
+    write it); what :meth:`append` and :meth:`rebuild` add stays in memory.
     """
 
-    def __init__(self, directory: Path, leaf_hashes: LeafHashSource) -> None:
+    def __init__(self, directory: Path, leaf_hashes: LeafHashSource, *, writable: bool = True) -> None:
         self._dir = Path(directory)
         self._source = leaf_hashes
+        self._writable = writable
         self._read_fds: dict[int, int] = {}
         self._problem: MerkleTreeCorruptError | None = None
         self._reset(0)
@@ -457,7 +461,7 @@ class MerkleTreeFile:
     def flush(self) -> None:
         """Write the new nodes and the header (no fsync: the files are a rebuildable cache)."""
         self._ensure_usable()
-        if not self._dirty:
+        if not self._dirty or not self._writable:
             return
         self._dir.mkdir(parents=True, exist_ok=True)
         for level in sorted(set(self._disk) | set(self._pending)):
@@ -488,7 +492,7 @@ class MerkleTreeFile:
     def rebuild(self, all_leaf_hashes: Iterable[bytes]) -> None:
         """Discard the files and recompute the tree from every leaf hash of the journal."""
         self._close_fds()
-        if self._dir.is_dir():
+        if self._writable and self._dir.is_dir():
             for path in self._dir.glob("level-*.bin"):
                 path.unlink()
             (self._dir / _HEAD_NAME).unlink(missing_ok=True)

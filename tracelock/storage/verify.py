@@ -264,9 +264,8 @@ def verify_store(
             if problem is not None:
                 report.issue = _issue(INDEX_TAMPERED, problem[0], problem[1], _index_message(store, problem[2]))
         else:
-            report.notes.append(
-                "the index was not compared with the journal: another process holds the store"
-            )
+            reason = store.private_index_reason or "another process holds the store"
+            report.notes.append(f"the index was not compared with the journal: {reason}")
     return report
 
 

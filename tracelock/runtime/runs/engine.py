@@ -595,6 +595,10 @@ class Engine:
             outcome, code, error = "EXECUTION_ERROR", NONDETERMINISM.code, exc.message
         except DivergenceError:
             raise
+        except StoreError:
+            # The store failed (a full disk, a lost connection), not the agent: nothing is
+            # recorded (it could not be), the run stays unfinished for `recover`.
+            raise
         except Exception as exc:
             outcome, code, error = "EXECUTION_ERROR", AGENT_RAISED.code, f"{type(exc).__name__}: {exc}"
             trace = audit_traceback(exc)
