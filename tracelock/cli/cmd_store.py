@@ -26,7 +26,8 @@ from tracelock.evidence.verify import load_pinned_keys
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.records import readable_payload
 from tracelock.runtime.replay.recompute import FingerprintCheck, recompute_fingerprint
-from tracelock.storage.backend import Store
+from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
+from tracelock.storage.backend import RunInfo, Store
 from tracelock.storage.copy import (
     CopyReport,
     ReplayClock,
@@ -63,6 +64,27 @@ def _repairs_note(store: DirectoryStore | PostgresStore) -> list[dict[str, Any]]
     return repairs
 
 
+def _damage_warning(store: DirectoryStore | PostgresStore) -> dict[str, Any] | None:
+    """Warn (on stderr) when the open stopped at damage in a directory store's journal (what
+    a writer refuses to open with, ``JOURNAL_CORRUPT``): what is shown is read up to it
+    only. Returns the damage for ``--json`` (None when there is none)."""
+    damage = store.damage if isinstance(store, DirectoryStore) else None
+    if damage is None:
+        return None
+    click.echo(
+        f"warning: [{damage.code}] the store is damaged: {damage.message}. Shown is what the "
+        "journal holds before the damage: a run whose status is marked '?' had not ended "
+        "there, and may have gone on, or ended, in the damaged part",
+        err=True,
+    )
+    return damage.to_dict()
+
+
+def _uncertain(run: RunInfo, damage: dict[str, Any] | None) -> bool:
+    """Whether ``run``'s status may be out of date: it had not ended where the damage starts."""
+    return damage is not None and run.status not in TERMINAL_STATES
+
+
 @click.command("log")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N runs.")
 @click.option("--status", default=None, help="Only runs in this state.")
@@ -73,13 +95,23 @@ def log_command(limit: int | None, status: str | None, store_path: Path, as_json
     """List runs, newest first, with status, agent and start time."""
     with open_for_reading(store_path) as store:
         repairs = _repairs_note(store)
+        damage = _damage_warning(store)
         runs = store.runs(limit=limit, status=status)
-    document = {"ok": True, "runs": [run.to_dict() for run in runs], "repairs": repairs}
+    document = {
+        "ok": True,
+        "runs": [run.to_dict() | ({"status_uncertain": True} if _uncertain(run, damage) else {}) for run in runs],
+        "repairs": repairs,
+        "damage": damage,
+    }
 
     def text() -> str:
         if not runs:
             return "no runs"
-        rows = [[run.run, run.status, run.agent or "-", format_ts(run.started_ts), str(run.entries)] for run in runs]
+        rows = [
+            [run.run, run.status + ("?" if _uncertain(run, damage) else ""), run.agent or "-",
+             format_ts(run.started_ts), str(run.entries)]
+            for run in runs
+        ]
         return "\n".join(table(["RUN", "STATUS", "AGENT", "STARTED", "ENTRIES"], rows))
 
     emit(as_json, document, text)
@@ -95,6 +127,7 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
     """Show a run's entries as a timeline."""
     with open_for_reading(store_path) as store:
         _repairs_note(store)
+        damage = _damage_warning(store)
         info = store.run_info(run_id)
         entries = store.entries(run_id)
         bodies: dict[str, Any] = {}
@@ -105,9 +138,11 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
                 bodies[entry.payload] = readable_payload(store, entry.payload)[1]
     describer = Describer()
     summaries = [describer(entry, bodies.get(entry.payload or "")) for entry in entries]
+    uncertain = _uncertain(info, damage)
     document: dict[str, Any] = {
         "ok": True,
-        "run": info.to_dict(),
+        "run": info.to_dict() | ({"status_uncertain": True} if uncertain else {}),
+        "damage": damage,
         "entries": [
             dict(entry.to_dict(), hash=entry.hash, summary=summary)
             | ({"payload_value": bodies.get(entry.payload)} if payloads and entry.payload else {})
@@ -118,7 +153,7 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
 
     def text() -> str:
         lines = [
-            f"run {info.run}  status={info.status}  agent={info.agent or '-'}  "
+            f"run {info.run}  status={info.status}{'?' if uncertain else ''}  agent={info.agent or '-'}  "
             f"started={format_ts(info.started_ts)}  entries={info.entries}"
         ]
         for entry, summary in zip(entries, summaries, strict=True):
