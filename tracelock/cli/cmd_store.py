@@ -21,6 +21,7 @@ from tracelock.cli.describe import Describer, table
 from tracelock.cli.progress import Progress
 from tracelock.core.entry import Entry
 from tracelock.errors import UsageError
+from tracelock.evidence.history import CheckpointHistory
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
@@ -288,10 +289,11 @@ def store_group() -> None:
 @reports_errors
 def store_copy_command(source: str, destination: str, as_json: bool) -> None:
     """Copy the store at SOURCE into the new or empty store at DESTINATION (a directory or
-    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted) and
-    its run queue's rows, then verify the copy: entries, payloads, runs, the Merkle root and
-    the queue rows. A source with leased runs (workers running) is refused before anything
-    is written. Exit 1 if they differ."""
+    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted), its
+    run queue's rows and its signed checkpoint history, then verify the copy: entries,
+    payloads, runs, the Merkle root, the queue rows and each checkpoint's root. A source
+    with leased runs (workers running) is refused before anything is written. Exit 1 if
+    they differ."""
     clock = ReplayClock()
     with open_store(source, create=False, read_only=True) as src:
         try:
@@ -314,6 +316,7 @@ def store_copy_command(source: str, destination: str, as_json: bool) -> None:
             f"{verdict}: copied {report.entries} entries of {report.runs} runs, {report.payloads} payloads "
             f"({report.redacted} redacted) from {where['source']} to {where['destination']}",
             _queue_line(report),
+            f"checkpoint history: {report.checkpoints} checkpoint{'' if report.checkpoints == 1 else 's'} copied",
             f"source root {report.source_root}",
             f"copy root   {report.copy_root}",
         ]
@@ -389,15 +392,22 @@ def _copy(
     src: Store, dst: Store, clock: ReplayClock, source_queue: QueueBackend | None, rows: list[QueueRow] | None
 ) -> CopyReport:
     """Refuse a destination that is not empty before writing anything, copy the entries,
-    then the queue's ``rows`` (read before the source's size: see tracelock.storage.copy)."""
+    then the queue's ``rows`` (read before the source's size: see tracelock.storage.copy),
+    then the checkpoint history as it was before the entries were (its checkpoints cover
+    only entries the copy holds)."""
     refuse_destination(dst, existing_queue(dst))
+    history = CheckpointHistory.of(src)
+    signed = len(history.numbers())
     with Progress("copy", "entries", src.size()) as bar:
         total = copy_store(src, dst, clock, progress=bar.update)
     copy_queue = None
     if rows is not None:
         copy_queue = queue_for(dst)
         copy_queue.restore(rows)
-    return verify_copy(src, dst, total, queues=(source_queue, copy_queue))
+    report = verify_copy(src, dst, total, queues=(source_queue, copy_queue))
+    report.checkpoints, mismatches = history.copy_to(CheckpointHistory.of(dst), dst, signed)
+    report.mismatches.extend(mismatches)
+    return report
 
 
 def _queue_line(report: CopyReport) -> str:
