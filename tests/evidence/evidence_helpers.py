@@ -24,6 +24,7 @@ from tracelock.evidence.verify import BundleReport, PinnedKey, verify_bundle
 from tracelock.examples import support
 from tracelock.runtime.runtime import Runtime
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.synced_mark import MARK_FILE, encode_mark
 
 ORIGIN = "example.com/tracelock-test"
 #: RFC 8032 section 7.1 TEST 1 secret: the "real" log key of the tests.
@@ -272,7 +273,12 @@ def journal_records(store: Path) -> list[bytes]:
 
 
 def write_journal_records(store: Path, records: list[bytes]) -> None:
-    (store / "journal.log").write_bytes(b"".join(r + b"\n" for r in records))
+    """Write the edited journal, and its synced mark to match it, as an attacker who knows
+    the format would (the mark is not signed: only a checkpoint tells then). A journal cut
+    below an untouched mark is ``JOURNAL_CORRUPT`` already (tests/cli/test_cli_damage.py)."""
+    data = b"".join(r + b"\n" for r in records)
+    (store / "journal.log").write_bytes(data)
+    (store / MARK_FILE).write_bytes(encode_mark(len(data)))
 
 
 def rewrite_chain(store: Path) -> None:

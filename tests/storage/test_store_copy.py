@@ -1,6 +1,7 @@
 """``tracelock store copy``: directory -> PostgreSQL -> directory on a real server is byte
 identical (entries, payloads, redaction markers, runs, roots); a non-empty destination and
-a wrong connection string are clear errors (exit 2) without the password."""
+a wrong connection string are clear errors (exit 2) without the password; the signed
+checkpoint history goes with the copy."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from click.testing import CliRunner
 from tests.pg_server import PASSWORD_ROLE, Cluster
 from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.cli.main import cli
+from tracelock.evidence.history import DEFAULT_KEY_NAME, CheckpointHistory
+from tracelock.evidence.keys import PrivateKey
+from tracelock.evidence.note import NoteVerifier
 from tracelock.evidence.redaction import redact
 from tracelock.storage.backend import NewEntry, Store
 from tracelock.storage.directory import DirectoryStore
@@ -87,6 +91,40 @@ def test_directory_to_postgres_to_directory_is_byte_identical(tmp_path: Path, pg
     checked = CliRunner().invoke(cli, ["verify", "--store", str(tmp_path / "back"), "--json"])
     assert checked.exit_code == 0, checked.stdout
     assert json.loads(checked.stdout)["redacted"] == 1
+
+
+def test_the_checkpoint_history_goes_with_the_copy(tmp_path: Path, pg_url: str) -> None:
+    """Directory -> PostgreSQL -> directory: every checkpoint (note, consistency proof,
+    signer keys) is kept, and each copy verifies against it with the pinned key."""
+    key = PrivateKey.from_seed(b"\x07" * 32)
+    vkey = NoteVerifier(DEFAULT_KEY_NAME, key.public_key).vkey
+    source = tmp_path / "src"
+    make_source(source)
+    with DirectoryStore(source) as store:
+        CheckpointHistory.of(store).sign(store, key)
+        store.append("run-d", "run.start", payload={"input": "d"}, meta={"status": "running"})
+        CheckpointHistory.of(store).sign(store, key)
+    history = CheckpointHistory(source)
+    notes = [history.load(number).note for number in (1, 2)]
+    proof = history.consistency(2)
+    assert proof is not None and history.signer_vkeys(2) == [vkey]
+
+    code, document, _ = copy(str(source), pg_url)
+    assert code == 0 and document["checkpoints"] == 2, document
+    code, back, _ = copy(pg_url, str(tmp_path / "back"))
+    assert code == 0 and back["checkpoints"] == 2, back
+    text = CliRunner().invoke(cli, ["store", "copy", str(source), str(tmp_path / "again")])
+    assert text.exit_code == 0 and "checkpoint history: 2 checkpoints copied" in text.stdout
+
+    for location in (pg_url, str(tmp_path / "back")):
+        with open_store(location, create=False, read_only=True) as copied:
+            kept = CheckpointHistory.of(copied)
+            assert [kept.load(number).note for number in (1, 2)] == notes
+            assert kept.consistency(2) == proof and kept.signer_vkeys(2) == [vkey]
+        checked = CliRunner().invoke(cli, ["verify", "--store", location, "--key", vkey, "--json"])
+        assert checked.exit_code == 0, checked.stdout
+        verdict = json.loads(checked.stdout)["checkpoint"]
+        assert verdict["trust"] == "pinned_key" and verdict["checked"] == [1, 2]
 
 
 def test_postgres_to_postgres_and_directory_to_directory(tmp_path: Path, pg_cluster: Cluster, pg_url: str) -> None:

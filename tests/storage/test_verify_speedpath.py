@@ -15,6 +15,7 @@ import hashlib
 import os
 import random
 import re
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,19 +41,34 @@ from tracelock.storage.verify import verify_store
 Outcome = tuple[bool, str | None, int | None, int, bool]
 
 
+def _synced(journal: Path) -> int | None:
+    """The synced mark beside ``journal`` (spec 3.4): the larger slot whose complement agrees."""
+    try:
+        data = (journal.parent / "journal.synced").read_bytes()
+    except FileNotFoundError:
+        return None
+    slots = [struct.unpack_from("<QQ", data, start) for start in (0, 16) if len(data) >= start + 16]
+    valid = [length for length, check in slots if length ^ check == (1 << 64) - 1]
+    return max(valid) if valid else None
+
+
 def _reference(journal: Path) -> Outcome:
     """Spec section 3 applied record by record, remembering every payload record seen."""
     fd = os.open(journal, os.O_RDONLY)
     try:
+        synced = _synced(journal)
         checker = ChainChecker(0)
         stored: set[bytes] = set()
         erased: set[bytes] = set()
         redactions: set[bytes] = set()
         entries = 0
         tail = False
-        for item in scan_records(fd, 0, data_end(fd)):
+        end = data_end(fd)
+        for item in scan_records(fd, 0, end):
             if isinstance(item, tuple):
-                tail = True  # not part of the journal
+                tail = True  # not part of the journal, unless it starts before the mark
+                if synced is not None and item[0] < synced:
+                    return (False, "JOURNAL_CORRUPT", checker.next_seq, entries, False)
                 break
             seq, data = checker.next_seq, item.data
             if item.kind == PAYLOAD:
@@ -82,6 +98,8 @@ def _reference(journal: Path) -> Outcome:
                 if isinstance(target, str):
                     redactions.add(target.encode())
             entries += 1
+        if synced is not None and end < synced:  # acknowledged bytes are missing
+            return (False, "JOURNAL_CORRUPT", checker.next_seq, entries, False)
         if erased - redactions:
             return (False, "PAYLOAD_ERASED_WITHOUT_REDACTION", checker.next_seq, entries, tail)
         return (True, None, None, entries, tail)

@@ -246,10 +246,11 @@ def test_pages_answer_on_a_postgres_store(pg_url: str, world: dict[str, Any]) ->
         diff = client.get(f"/diff?a={world['quote_a']}&b={world['quote_b']}")
         assert diff.status_code == 200 and "first divergence" in diff.text
         assert client.get("/approvals").status_code == 200
-        # Verification works on PostgreSQL too; `store copy` copies entries, not the
-        # source's checkpoint history, so the copy has no checkpoint yet.
+        # Verification works on PostgreSQL too; `store copy` keeps the source's checkpoint
+        # history, so the run is proved included in the copied checkpoint.
         verify = client.get(f"/verify?run={world['quote_a']}")
-        assert verify.status_code == 200 and "no checkpoint yet" in verify.text
+        assert verify.status_code == 200 and "no checkpoint yet" not in verify.text
+        assert "Run verified" in verify.text and "proved included in checkpoint 1" in verify.text
         verdict = client.post("/verify", data={"csrf": csrf_of(verify.text)}, headers={"hx-request": "true"})
         assert verdict.status_code == 200 and "every hash and chain link checks" in verdict.text
         assert client.get("/runs/nope").status_code == 404
@@ -342,3 +343,22 @@ def test_verify_now_is_red_and_says_what_failed_on_an_altered_journal(world: dic
     assert 'class="verdict fail"' in response.text and "Verification FAILED" in response.text
     failure = re.search(r'<div class="failure">(.*?)</div>', response.text, re.S)
     assert failure is not None and re.search(r"\[[A-Z_]+\] at seq \d+", failure.group(1)), response.text
+
+
+def test_verify_now_with_a_pinned_key_and_no_checkpoint_names_the_code(world: dict[str, Any], tmp_path: Path) -> None:
+    """No checkpoint to check the pinned key against: a red verdict that says so, with its
+    code, not a 500."""
+    import shutil
+
+    from tracelock.evidence.verify import load_pinned_keys
+
+    copy = tmp_path / "unsigned"
+    shutil.copytree(world["store"], copy, ignore=shutil.ignore_patterns("lock"))
+    shutil.rmtree(copy / "checkpoints")
+    with client_for(serve(copy, load_pinned_keys([str(world["vkey"])]))) as client:
+        csrf = csrf_of(client.get("/verify").text)
+        response = client.post("/verify", data={"csrf": csrf}, headers={"hx-request": "true"})
+    assert response.status_code == 200, response.text
+    assert 'class="verdict fail"' in response.text
+    failure = re.search(r'<div class="failure">(.*?)</div>', response.text, re.S)
+    assert failure is not None and "[EVIDENCE_CHECKPOINT_NOT_FOUND]" in failure.group(1), response.text

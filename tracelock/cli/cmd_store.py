@@ -21,12 +21,14 @@ from tracelock.cli.describe import Describer, table
 from tracelock.cli.progress import Progress
 from tracelock.core.entry import Entry
 from tracelock.errors import UsageError
+from tracelock.evidence.history import CheckpointHistory
 from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
 from tracelock.evidence.verify import load_pinned_keys
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.records import readable_payload
 from tracelock.runtime.replay.recompute import FingerprintCheck, recompute_fingerprint
-from tracelock.storage.backend import Store
+from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
+from tracelock.storage.backend import RunInfo, Store
 from tracelock.storage.copy import (
     CopyReport,
     ReplayClock,
@@ -63,6 +65,27 @@ def _repairs_note(store: DirectoryStore | PostgresStore) -> list[dict[str, Any]]
     return repairs
 
 
+def _damage_warning(store: DirectoryStore | PostgresStore) -> dict[str, Any] | None:
+    """Warn (on stderr) when the open stopped at damage in a directory store's journal (what
+    a writer refuses to open with, ``JOURNAL_CORRUPT``): what is shown is read up to it
+    only. Returns the damage for ``--json`` (None when there is none)."""
+    damage = store.damage if isinstance(store, DirectoryStore) else None
+    if damage is None:
+        return None
+    click.echo(
+        f"warning: [{damage.code}] the store is damaged: {damage.message}. Shown is what the "
+        "journal holds before the damage: a run whose status is marked '?' had not ended "
+        "there, and may have gone on, or ended, in the damaged part",
+        err=True,
+    )
+    return damage.to_dict()
+
+
+def _uncertain(run: RunInfo, damage: dict[str, Any] | None) -> bool:
+    """Whether ``run``'s status may be out of date: it had not ended where the damage starts."""
+    return damage is not None and run.status not in TERMINAL_STATES
+
+
 @click.command("log")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N runs.")
 @click.option("--status", default=None, help="Only runs in this state.")
@@ -73,13 +96,23 @@ def log_command(limit: int | None, status: str | None, store_path: Path, as_json
     """List runs, newest first, with status, agent and start time."""
     with open_for_reading(store_path) as store:
         repairs = _repairs_note(store)
+        damage = _damage_warning(store)
         runs = store.runs(limit=limit, status=status)
-    document = {"ok": True, "runs": [run.to_dict() for run in runs], "repairs": repairs}
+    document = {
+        "ok": True,
+        "runs": [run.to_dict() | ({"status_uncertain": True} if _uncertain(run, damage) else {}) for run in runs],
+        "repairs": repairs,
+        "damage": damage,
+    }
 
     def text() -> str:
         if not runs:
             return "no runs"
-        rows = [[run.run, run.status, run.agent or "-", format_ts(run.started_ts), str(run.entries)] for run in runs]
+        rows = [
+            [run.run, run.status + ("?" if _uncertain(run, damage) else ""), run.agent or "-",
+             format_ts(run.started_ts), str(run.entries)]
+            for run in runs
+        ]
         return "\n".join(table(["RUN", "STATUS", "AGENT", "STARTED", "ENTRIES"], rows))
 
     emit(as_json, document, text)
@@ -95,6 +128,7 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
     """Show a run's entries as a timeline."""
     with open_for_reading(store_path) as store:
         _repairs_note(store)
+        damage = _damage_warning(store)
         info = store.run_info(run_id)
         entries = store.entries(run_id)
         bodies: dict[str, Any] = {}
@@ -105,9 +139,11 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
                 bodies[entry.payload] = readable_payload(store, entry.payload)[1]
     describer = Describer()
     summaries = [describer(entry, bodies.get(entry.payload or "")) for entry in entries]
+    uncertain = _uncertain(info, damage)
     document: dict[str, Any] = {
         "ok": True,
-        "run": info.to_dict(),
+        "run": info.to_dict() | ({"status_uncertain": True} if uncertain else {}),
+        "damage": damage,
         "entries": [
             dict(entry.to_dict(), hash=entry.hash, summary=summary)
             | ({"payload_value": bodies.get(entry.payload)} if payloads and entry.payload else {})
@@ -118,7 +154,7 @@ def show_command(run_id: str, payloads: bool, store_path: Path, as_json: bool) -
 
     def text() -> str:
         lines = [
-            f"run {info.run}  status={info.status}  agent={info.agent or '-'}  "
+            f"run {info.run}  status={info.status}{'?' if uncertain else ''}  agent={info.agent or '-'}  "
             f"started={format_ts(info.started_ts)}  entries={info.entries}"
         ]
         for entry, summary in zip(entries, summaries, strict=True):
@@ -253,10 +289,11 @@ def store_group() -> None:
 @reports_errors
 def store_copy_command(source: str, destination: str, as_json: bool) -> None:
     """Copy the store at SOURCE into the new or empty store at DESTINATION (a directory or
-    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted) and
-    its run queue's rows, then verify the copy: entries, payloads, runs, the Merkle root and
-    the queue rows. A source with leased runs (workers running) is refused before anything
-    is written. Exit 1 if they differ."""
+    postgresql:// URL each), entry by entry with payloads (redacted ones stay redacted), its
+    run queue's rows and its signed checkpoint history, then verify the copy: entries,
+    payloads, runs, the Merkle root, the queue rows and each checkpoint's root. A source
+    with leased runs (workers running) is refused before anything is written. Exit 1 if
+    they differ."""
     clock = ReplayClock()
     with open_store(source, create=False, read_only=True) as src:
         try:
@@ -279,6 +316,7 @@ def store_copy_command(source: str, destination: str, as_json: bool) -> None:
             f"{verdict}: copied {report.entries} entries of {report.runs} runs, {report.payloads} payloads "
             f"({report.redacted} redacted) from {where['source']} to {where['destination']}",
             _queue_line(report),
+            f"checkpoint history: {report.checkpoints} checkpoint{'' if report.checkpoints == 1 else 's'} copied",
             f"source root {report.source_root}",
             f"copy root   {report.copy_root}",
         ]
@@ -354,15 +392,22 @@ def _copy(
     src: Store, dst: Store, clock: ReplayClock, source_queue: QueueBackend | None, rows: list[QueueRow] | None
 ) -> CopyReport:
     """Refuse a destination that is not empty before writing anything, copy the entries,
-    then the queue's ``rows`` (read before the source's size: see tracelock.storage.copy)."""
+    then the queue's ``rows`` (read before the source's size: see tracelock.storage.copy),
+    then the checkpoint history as it was before the entries were (its checkpoints cover
+    only entries the copy holds)."""
     refuse_destination(dst, existing_queue(dst))
+    history = CheckpointHistory.of(src)
+    signed = len(history.numbers())
     with Progress("copy", "entries", src.size()) as bar:
         total = copy_store(src, dst, clock, progress=bar.update)
     copy_queue = None
     if rows is not None:
         copy_queue = queue_for(dst)
         copy_queue.restore(rows)
-    return verify_copy(src, dst, total, queues=(source_queue, copy_queue))
+    report = verify_copy(src, dst, total, queues=(source_queue, copy_queue))
+    report.checkpoints, mismatches = history.copy_to(CheckpointHistory.of(dst), dst, signed)
+    report.mismatches.extend(mismatches)
+    return report
 
 
 def _queue_line(report: CopyReport) -> str:

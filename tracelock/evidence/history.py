@@ -16,7 +16,9 @@ record, signers' verifier keys), written in one transaction, with signers serial
 advisory lock. The two differ only in :class:`_FileRecords` and :class:`_TableRecords`;
 numbering, signing and every check are the same code. A new checkpoint is signed only
 after the store's tree is proved consistent with the previous checkpoint (RFC 9162 2.1.4):
-a tree that is not (the journal was truncated or rewritten) is refused, never signed.
+a tree that is not (the journal was truncated or rewritten) is refused, never signed. The
+stored proofs are checked by ``verify --store`` (``tracelock.evidence.store_verify``), and a
+history goes with its store's copy (:meth:`CheckpointHistory.copy_to`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -178,6 +180,8 @@ class _Records(Protocol):
 
     def consistency(self, number: int) -> bytes | None: ...
 
+    def vkeys(self, number: int) -> list[str]: ...
+
     def place(self, number: int) -> str: ...
 
     def locked(self) -> AbstractContextManager[None]: ...
@@ -217,6 +221,18 @@ class _FileRecords:
 
     def consistency(self, number: int) -> bytes | None:
         return self._read(self.directory / f"{number:08d}.consistency.json")
+
+    def vkeys(self, number: int) -> list[str]:
+        """The signer keys ``index.jsonl`` records for checkpoint ``number`` (read only:
+        [] when the cache lacks them)."""
+        try:
+            lines = [loads(line) for line in (self.directory / INDEX_FILE).read_bytes().splitlines() if line]
+        except (OSError, ValueError):
+            return []
+        for line in lines:
+            if isinstance(line, dict) and line.get("number") == number:
+                return _strings(line.get("vkeys"))
+        return []
 
     def place(self, number: int) -> str:
         return f"{CHECKPOINT_DIR}/{number:08d}.note"
@@ -291,6 +307,13 @@ class _TableRecords:
         record = self.store.checkpoint_record(number)
         return None if record is None else record[1]
 
+    def vkeys(self, number: int) -> list[str]:
+        record = self.store.checkpoint_record(number)
+        try:
+            return _strings(loads(record[2])) if record is not None else []
+        except ValueError:
+            return []
+
     def place(self, number: int) -> str:
         return f"tracelock_checkpoints/{number}"
 
@@ -301,16 +324,12 @@ class _TableRecords:
         self.store.add_checkpoint(stored.number, stored.note.encode("utf-8"), consistency, dumps(vkeys).decode())
 
     def index(self, history: CheckpointHistory) -> list[dict[str, Any]]:
-        lines: list[dict[str, Any]] = []
-        for number in history.numbers():
-            record = self.store.checkpoint_record(number)
-            try:
-                vkeys = loads(record[2]) if record is not None else []
-            except ValueError:
-                vkeys = []
-            listed = [v for v in vkeys if isinstance(v, str)] if isinstance(vkeys, list) else []
-            lines.append(history.load(number).to_dict() | {"vkeys": listed})
-        return lines
+        return [history.load(number).to_dict() | {"vkeys": self.vkeys(number)} for number in history.numbers()]
+
+
+def _strings(value: Any) -> list[str]:
+    """The strings of a JSON list (a recorded ``vkeys``); [] for anything else."""
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 class CheckpointHistory:
@@ -556,6 +575,34 @@ class CheckpointHistory:
             ) from None
         return proof
 
+    def copy_to(self, destination: CheckpointHistory, tree: Store, count: int) -> tuple[int, list[str]]:
+        """Copy checkpoints 1 to ``count`` of this history into the empty ``destination``,
+        the history of ``tree``, a copy of this history's store (``tracelock store copy``):
+        each note, consistency proof and recorded signer keys as they are, once the
+        checkpoint's root is found to be the root of the copy's first ``size`` entries.
+        Returns how many were copied and what did not match (a checkpoint that does not
+        match is not copied, nor any after it: a history has no gaps)."""
+        copied = 0
+        with destination._records.locked():
+            if destination.numbers():
+                return 0, [f"the destination already has a checkpoint history ({destination.where}); none was copied"]
+            for number in range(1, count + 1):
+                try:
+                    stored = self.load(number)
+                except EvidenceError as exc:
+                    return copied, [f"{exc.message}: neither it nor a later checkpoint was copied"]
+                if stored.size > tree.size() or tree.tree_root(stored.size) != stored.root:
+                    return copied, [
+                        f"checkpoint {number} (size {stored.size}) does not match the copy's first "
+                        f"{stored.size} entries: neither it nor a later checkpoint was copied"
+                    ]
+                place = destination._records.place(number)
+                destination._records.add(
+                    replace(stored, place=place), self._records.consistency(number), self._records.vkeys(number)
+                )
+                copied += 1
+        return copied, []
+
     def index(self) -> list[dict[str, Any]]:
         """One document per checkpoint: its :meth:`StoredCheckpoint.to_dict` and ``vkeys``
         (a directory store's ``index.jsonl``, rebuilt from the notes when they disagree)."""
@@ -572,8 +619,7 @@ class CheckpointHistory:
         (informational: a verifier trusts only the keys it pinned)."""
         for line in self.index():
             if line.get("number") == number:
-                vkeys = line.get("vkeys")
-                return [v for v in vkeys if isinstance(v, str)] if isinstance(vkeys, list) else []
+                return _strings(line.get("vkeys"))
         return []
 
 

@@ -7,8 +7,13 @@ history and at the journal's full size, in O(log n) memory. Then:
 * **integrity**: each checkpoint's size is at most the journal's entry count, and its root is
   the root of the journal's first ``size`` entries (a journal that grew since is fine; one
   that is shorter was truncated, one with another root was rewritten);
+* **the history** is one log: every checkpoint names the first one's origin, no checkpoint
+  covers fewer entries than the one before it, and the consistency proof stored with each
+  checkpoint after the first names that pair of checkpoints and proves it (RFC 9162
+  2.1.4.2); any other history was edited (``EVIDENCE_CHECKPOINT_HISTORY``);
 * **trust** (only with pinned keys): the newest checkpoint's note carries a valid signature by
-  a pinned key; an older checkpoint signed by a pinned key must verify too;
+  a pinned key; an older checkpoint signed by a pinned key must verify too. A store with no
+  checkpoint has nothing signed to trust (``EVIDENCE_CHECKPOINT_NOT_FOUND``);
 * **the Merkle node files** (a cache of the tree): every stored node must be the node the
   journal gives. One that differs is reported as tampering of that cache
   (``STORE_MERKLE_TAMPERED``), never rebuilt silently;
@@ -21,13 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from tracelock.core.entry import ChainIssue
-from tracelock.errors import EvidenceError
+from tracelock.core.merkle import verify_consistency
+from tracelock.errors import EvidenceError, ProofError
 from tracelock.evidence.checkpoint import Checkpoint
 from tracelock.evidence.history import (
     CheckpointHistory,
+    CheckpointNotFoundError,
     StoredCheckpoint,
     open_merkle_cache,
     rebuild_advice,
@@ -44,6 +52,7 @@ from tracelock.storage.merkle_stream import MerkleStream, StoredNodes
 from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport, verify_store
 
 __all__ = [
+    "CHECKPOINT_HISTORY",
     "CHECKPOINT_INCONSISTENT",
     "CHECKPOINT_TRUNCATED",
     "MERKLE_TAMPERED",
@@ -93,6 +102,8 @@ class CheckpointVerdict:
             f"checkpoint {cp.number} ({cp.origin}, size {cp.size})"
             + (f" and {len(self.checked) - 1} older" if len(self.checked) > 1 else "")
         )
+        if len(self.checked) != cp.number or (self.trust == PINNED and not self.signed_by):
+            return f"{head}: not accepted (see the failure)"
         if self.trust == PINNED:
             keys = ", ".join(f"{s['name']} {s['fingerprint']}" for s in self.signed_by)
             return f"{head}: roots match the journal; signed by pinned key {keys}"
@@ -161,7 +172,7 @@ def verify_store_checkpoints(
         if checkpoints:
             verdict.notes.append("the checkpoints were not compared: the journal itself failed")
         return report, verdict
-    if _check_roots(report, verdict, checkpoints, stream) and pins:
+    if _check_roots(report, verdict, checkpoints, stream) and _check_history(report, history, checkpoints) and pins:
         _check_trust(report, verdict, checkpoints, pins, origin)
     if report.ok and stream.mismatch is not None:
         bad = stream.mismatch
@@ -224,6 +235,74 @@ def _check_roots(
     return True
 
 
+def _check_history(
+    report: VerifyReport, history: CheckpointHistory, checkpoints: list[StoredCheckpoint]
+) -> bool:
+    """The history is one log that only grows: each checkpoint after the first names the
+    same origin, covers at least as many entries as the one before it, and has its stored
+    consistency proof from that one. (Each root was compared with the journal already: a
+    checkpoint copied from an older one matches it, and only its place in the history
+    tells.)"""
+    for previous, cp in pairwise(checkpoints):
+        problem: str | None = None
+        if cp.origin != previous.origin:
+            problem = (
+                f"checkpoint {cp.number} is for the log {cp.origin!r}, checkpoint "
+                f"{previous.number} for {previous.origin!r}: a history is one log"
+            )
+        elif cp.size < previous.size:
+            problem = (
+                f"checkpoint {cp.number} covers {cp.size} entries, fewer than the {previous.size} "
+                f"of checkpoint {previous.number} before it: a log only grows, so a checkpoint "
+                "of the history was replaced, copied or reordered"
+            )
+        else:
+            problem = _proof_problem(history, previous, cp)
+        if problem is not None:
+            _fail(report, CHECKPOINT_HISTORY, cp.size, f"the checkpoint history in {history.where}: {problem}")
+            return False
+    return True
+
+
+def _proof_problem(history: CheckpointHistory, previous: StoredCheckpoint, cp: StoredCheckpoint) -> str | None:
+    """What is wrong with the consistency proof stored with checkpoint ``cp`` (from
+    ``previous``), or None when it proves ``cp`` an extension of ``previous``."""
+    try:
+        record = history.consistency(cp.number)
+    except EvidenceError as exc:
+        return exc.message
+    if record is None:
+        return f"the consistency proof of checkpoint {cp.number} (from checkpoint {previous.number}) is missing"
+    ends = {
+        "from": {"number": previous.number, "size": previous.size, "root": previous.root.hex()},
+        "to": {"number": cp.number, "size": cp.size, "root": cp.root.hex()},
+    }
+    if {side: record.get(side) for side in ends} != ends:
+        return (
+            f"the consistency proof stored with checkpoint {cp.number} is not the one from "
+            f"checkpoint {previous.number} (size {previous.size}) to checkpoint {cp.number} "
+            f"(size {cp.size}): it names {record.get('from')!r} to {record.get('to')!r}"
+        )
+    nodes = record.get("proof")
+    if not isinstance(nodes, list) or not all(isinstance(n, str) and _is_hash(n) for n in nodes):
+        return f"the consistency proof of checkpoint {cp.number} is not a list of 32-byte hashes"
+    proof = [bytes.fromhex(node) for node in nodes]
+    if previous.size == 0:  # nothing to prove from the empty tree: the proof is empty
+        return None if not proof else f"the consistency proof of checkpoint {cp.number} from the empty tree is not empty"
+    try:
+        verify_consistency(previous.size, cp.size, proof, previous.root, cp.root)
+    except ProofError as exc:
+        return (
+            f"the consistency proof stored with checkpoint {cp.number} does not prove it an "
+            f"extension of checkpoint {previous.number} ({exc.message})"
+        )
+    return None
+
+
+def _is_hash(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
 def _check_trust(
     report: VerifyReport,
     verdict: CheckpointVerdict,
@@ -232,7 +311,18 @@ def _check_trust(
     origin: str | None,
 ) -> None:
     """Trust: the newest checkpoint is signed by a pinned key (and names ``origin``); a
-    pinned key's signature on any checkpoint verifies."""
+    pinned key's signature on any checkpoint verifies. Without a checkpoint nothing is
+    signed: trust fails (``EVIDENCE_CHECKPOINT_NOT_FOUND``)."""
+    if not checkpoints:
+        _fail(
+            report,
+            CheckpointNotFoundError.code,
+            report.entries,
+            "the store has no checkpoint, so no key signed anything of it and the pinned key "
+            "cannot be checked (only the hash chains were); sign one with `tracelock "
+            "checkpoint --key KEY`",
+        )
+        return
     newest = checkpoints[-1]
     if origin is not None and newest.origin != origin:
         _fail(

@@ -62,6 +62,9 @@ class CopyReport:
     #: and how many are in each state.
     queue_rows: int = 0
     queue_states: dict[str, int] = field(default_factory=dict)
+    #: How many checkpoints of the source's signed history the copy holds (the history is
+    #: copied by the caller: it belongs to the evidence layer).
+    checkpoints: int = 0
 
     @property
     def ok(self) -> bool:
@@ -78,6 +81,7 @@ class CopyReport:
             "copy_root": self.copy_root,
             "queue_rows": self.queue_rows,
             "queue_states": self.queue_states,
+            "checkpoints": self.checkpoints,
             "mismatches": self.mismatches,
         }
 

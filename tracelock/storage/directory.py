@@ -248,8 +248,9 @@ class DirectoryStore:
         self._run_payloads: dict[str, tuple[int, int]] = {}
         self._tail_fragment: tuple[int, int] | None = None
         self._sealed: SealedJournal | None = None  # ``_file`` when it reads sealed segments
-        #: (offset, reason) of the first damaged record a read-only open stopped at.
-        self.damage: tuple[int, str] | None = None
+        #: The damage a read-only open stopped at (what a writer would refuse to open with):
+        #: the handle reads the journal only up to it. ``log`` and ``show`` warn with it.
+        self.damage: JournalCorruptError | None = None
         #: Why ``index.sqlite`` was found altered when a read-only handle opened it (the
         #: handle then uses a private index built from the journal); a writer refuses.
         self.index_problem: str | None = None
@@ -673,6 +674,10 @@ class DirectoryStore:
             return True
         if not problem:
             return False  # the journal changed under the index: its scan judges it
+        if self._journal_damaged(size, synced):
+            # The journal's own damage is the verdict, as without an index (the scan that
+            # follows reports it): the index is blamed only when the journal is sound.
+            return False
         if not self._read_only:
             raise self._tampered(problem)
         # A reader changes nothing: it notes the lie and answers from a private index.
@@ -680,6 +685,21 @@ class DirectoryStore:
         self._index.close()
         self._index = Index(Path(":memory:"))
         return False
+
+    def _journal_damaged(self, size: int, synced: int | None) -> bool:
+        """Whether the journal holds damage a writer refuses to open with, judged from its
+        start as without an index; nothing is repaired, indexed or noted. Run only when the
+        index contradicts the journal at open (rare: a whole pass)."""
+        if synced is not None and synced > size:
+            return True
+        read_only, damage, fragment = self._read_only, self.damage, self._tail_fragment
+        self._read_only, self.damage = True, None  # judge as a reader: report, never repair
+        try:
+            for _ in self._sound_records(0, size, ChainChecker(0), synced):
+                pass
+            return self.damage is not None
+        finally:
+            self._read_only, self.damage, self._tail_fragment = read_only, damage, fragment
 
     def _spot_check(self, end: int, count: int) -> str | None:
         """Cheap checks at open (a few reads, never the whole journal): the index ends at a
@@ -755,6 +775,25 @@ class DirectoryStore:
                 f"{'closed' if closed else 'open'}"
             )
         return None
+
+    def _misplaced(self, offset: int, length: int, problem: str) -> StoreError:
+        """The error for a record the index places at bytes ``offset``..``offset+length``
+        that do not hold it: damage of the journal when those bytes (with the line feeds
+        around them) hold a NUL byte inside the data the index covers, since no record holds
+        one (blocks of the journal were lost, as ``JOURNAL_CORRUPT`` at open without the
+        index); otherwise the index lies (``problem``)."""
+        with self._index_lock:
+            covered = self._index.journal_end
+        start = max(offset - 1, 0)
+        end = min(offset + length + 1, covered)
+        if end > start and _NUL in self._file.pread(end - start, start):
+            return JournalCorruptError(
+                f"the journal holds NUL bytes at bytes {start}-{end}, where its index places a "
+                "record: blocks of the journal were lost (corruption or tampering, not a torn "
+                "write: nothing was repaired; run `tracelock verify --store` for details)",
+                details={"offset": offset, "length": length},
+            )
+        return self._tampered(problem)
 
     def _tampered(self, problem: str) -> IndexTamperedError:
         path = self._path / "index.sqlite"
@@ -901,15 +940,15 @@ class DirectoryStore:
     def _corrupt(self, offset: int, reason: str, synced: int | None) -> None:
         """Report damage: a writer refuses to open; a reader notes it (once) and indexes
         what precedes it, leaving the verdict to verification."""
-        if self._read_only:
-            if self.damage is None:
-                self.damage = (offset, reason)
-            return
-        raise JournalCorruptError(
+        error = JournalCorruptError(
             f"journal record at byte {offset} is damaged: {reason} (corruption or tampering, "
-            "not a torn write: nothing was repaired; run `tracelock verify` for details)",
+            "not a torn write: nothing was repaired; run `tracelock verify --store` for details)",
             details={"offset": offset, "reason": reason, "synced": synced},
         )
+        if not self._read_only:
+            raise error
+        if self.damage is None:
+            self.damage = error
 
     def _record_mark(self, end: int) -> SyncedMark:
         """Make the journal durable up to ``end`` and record that in the mark (at open, so
@@ -1522,7 +1561,7 @@ class DirectoryStore:
         if entry is None:
             entry = self._read_entry(*location)  # raises: the journal's record is damaged
         if isinstance(entry, str):
-            raise self._tampered(entry)
+            raise self._misplaced(*location, entry)
         problem = (
             f"its row for run {row[0]} ends at seq {row[7]}, which is an entry of run {entry.run}"
             if entry.run != row[0]
@@ -1670,7 +1709,7 @@ class DirectoryStore:
         if location is not None:
             problem = self._payload_record_problem(digest, *location)
             if problem is not None:
-                raise self._tampered(problem)
+                raise self._misplaced(*location, problem)
         if location is None:
             # Queued but not indexed yet, and already gone from the cache (rare: the cache
             # is much larger than an index batch).
@@ -1705,7 +1744,7 @@ class DirectoryStore:
         if entry is None:
             self._read_entry(*location)  # raises: the journal's record is damaged
         if isinstance(entry, str):
-            raise self._tampered(entry)
+            raise self._misplaced(*location, entry)
         return location[0]
 
     # -- reading -----------------------------------------------------------------------
@@ -1804,7 +1843,7 @@ class DirectoryStore:
         if entry is None:
             return self._read_entry(*location)  # raises: the journal's record is damaged
         if isinstance(entry, str):
-            raise self._tampered(entry)
+            raise self._misplaced(*location, entry)
         return entry
 
     def _read_entries(self, locations: list[tuple[int, int]]) -> list[Entry]:
@@ -1834,7 +1873,7 @@ class DirectoryStore:
         at = offset - base
         end = at + length
         if end >= len(raw) or raw[end] != 10 or (offset and raw[at - 1] != 10):
-            raise self._tampered(f"it places an entry at bytes {offset}-{offset + length}, which is not one journal record")
+            raise self._misplaced(offset, length, f"it places an entry at bytes {offset}-{offset + length}, which is not one journal record")
         line = raw[at:end]
         try:
             return parse_entry(line)
@@ -1935,7 +1974,7 @@ class DirectoryStore:
         before = 1 if offset else 0
         record = _whole_record(self._file.pread(length + 1 + before, offset - before), before, length, digest.encode())
         if record is None:
-            raise self._tampered(_misplaced_payload(bytes.fromhex(digest), offset, length))
+            raise self._misplaced(offset, length, _misplaced_payload(bytes.fromhex(digest), offset, length))
         return offset, record
 
     def get_payload_bytes(self, digest: str) -> bytes:

@@ -39,6 +39,7 @@ from tracelock.errors import CanonicalError
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
+from tracelock.storage.fileio import OS_FILES
 from tracelock.storage.index import (
     LOCATION,
     Index,
@@ -57,6 +58,7 @@ from tracelock.storage.journal_file import (
 )
 from tracelock.storage.merkle_stream import MerkleStream
 from tracelock.storage.sealed import SealedJournal, open_journal
+from tracelock.storage.synced_mark import MARK_FILE, SyncedMark
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
@@ -227,6 +229,8 @@ def verify_store(
             raise TypeError(f"no verification for {type(store).__name__} stores")
         return verify_postgres_store(store, progress=progress, merkle=merkle)
     store.flush()  # what this handle appended is in the file before it is read
+    # The mark before the journal's end: a writer beside this reader only moves both forward.
+    synced = _synced_mark(store)
     index = store.index_to_compare() if compare_index else None
     scan = _StoreScan(store, progress, merkle, None if index is None else _IndexComparison(index))
     carried: list[bytes] = []  # the start of a line that continues in the next chunk
@@ -255,7 +259,7 @@ def verify_store(
         return scan.report
     finally:
         journal.close()
-    report = scan.finish(offset, sum(map(len, carried)))
+    report = scan.finish(offset, sum(map(len, carried)), synced)
     if compare_index and report.ok:
         if store.index_problem is not None:
             report.issue = _issue(INDEX_TAMPERED, report.entries, None, store.index_problem)
@@ -267,6 +271,17 @@ def verify_store(
             reason = store.private_index_reason or "another process holds the store"
             report.notes.append(f"the index was not compared with the journal: {reason}")
     return report
+
+
+def _synced_mark(store: DirectoryStore) -> int | None:
+    """The store's synced mark (docs/spec.md 3.4), or None without a valid one."""
+    mark = SyncedMark.open(OS_FILES, store.path, write=False)
+    if mark is None:
+        return None
+    try:
+        return mark.read()
+    finally:
+        mark.close()
 
 
 def _journal_blocks(journal: SealedJournal) -> Iterator[bytes]:
@@ -774,9 +789,39 @@ class _StoreScan:
         cached.update(self.recent)  # the newer state of a hash wins
         return _explain(self.store, record, self.next_seq, self.heads, cached, self.redactions, self.closed)
 
-    def finish(self, offset: int, tail: int) -> VerifyReport:
-        """The report once every whole line up to the data end passed."""
+    def finish(self, offset: int, tail: int, synced: int | None) -> VerifyReport:
+        """The report once every whole line up to the data end passed: ``offset`` is where
+        the last whole line ends, ``tail`` the bytes of an incomplete record after it,
+        ``synced`` the store's synced mark (None without one).
+
+        The data must reach the mark, and an incomplete last record must start at or after
+        it: the bytes before the mark were synced, and no crash takes synced bytes away.
+        A journal that fails this is ``JOURNAL_CORRUPT``, as a writer opening the store
+        finds it (docs/spec.md 3.5), never an unacknowledged write."""
         report = self.report
+        end = offset + tail
+        if synced is not None and end < synced:
+            report.issue = _issue(
+                JournalCorruptError.code,
+                self.next_seq,
+                None,
+                f"the journal's data ends at byte {end}, before the {synced} bytes the store "
+                f"recorded as synced ({MARK_FILE}): acknowledged records are missing (the "
+                "journal was truncated, or its last blocks zeroed). No crash does this: "
+                "corruption or tampering, which `recover` and every writer refuse too",
+            )
+            return report
+        if tail and synced is not None and offset < synced:
+            report.issue = _issue(
+                JournalCorruptError.code,
+                self.next_seq,
+                None,
+                f"the last record, at byte {offset}, is incomplete ({tail} bytes, no line feed) "
+                f"and starts before byte {synced}, which the store recorded as synced "
+                f"({MARK_FILE}): a crash cannot damage synced bytes. Corruption or tampering, "
+                "which `recover` and every writer refuse too",
+            )
+            return report
         if tail:
             report.notes.append(
                 f"incomplete tail of {tail} bytes at byte {offset} is not part of the "

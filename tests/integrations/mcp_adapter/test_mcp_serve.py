@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import socket
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from mcp import Client, StdioServerParameters
 from mcp_helpers import free_port
 
 from tracelock import Runtime
+from tracelock.evidence.history import DEFAULT_KEY_NAME
+from tracelock.evidence.keys import PrivateKey
+from tracelock.evidence.note import NoteVerifier
 
 TRACELOCK = str(Path(sys.executable).with_name("tracelock"))
 POLICY = {"version": 1, "tools": [{"name": "greet"}]}
@@ -164,6 +168,25 @@ def test_serves_over_streamable_http(tmp_path: Path) -> None:
         server.terminate()
         server.communicate(timeout=30)
     assert _snapshot(store) == before
+
+
+def test_verify_store_with_a_key_and_no_checkpoint_answers_with_the_code(tmp_path: Path) -> None:
+    """A pinned key and no checkpoint: the tool answers (not an error) with the coded issue."""
+    store = tmp_path / "store"
+    _record(store)
+    vkey = NoteVerifier(DEFAULT_KEY_NAME, PrivateKey.from_seed(b"\x05" * 32).public_key).vkey
+
+    async def main() -> Any:
+        # The server runs the code under test (the environment names it, as here).
+        params = StdioServerParameters(command=TRACELOCK, args=["mcp", "--store", str(store)], env=dict(os.environ))
+        async with Client(params) as client:
+            return await client.call_tool("verify_store", {"keys": [vkey]})
+
+    answer = asyncio.run(main())
+    assert not answer.is_error, answer.content
+    document = answer.structured_content
+    assert document["ok"] is False and document["issue"]["code"] == "EVIDENCE_CHECKPOINT_NOT_FOUND"
+    assert document["checkpoint"]["trust"] == "no_checkpoint"
 
 
 def test_a_missing_store_is_a_usage_error(tmp_path: Path) -> None:
