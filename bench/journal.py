@@ -121,16 +121,18 @@ def _durable_appends_async(directory: Path, writers: int, per_writer: int) -> di
 
 
 def _build_journal(path: Path, entries: int) -> None:
-    """Runs of five entries; the LLM-like payload repeats, inputs and outputs do not."""
+    """Runs of five entries shaped as the runtime writes them (a start naming its agent, three
+    numbered steps, an end), so that verification checks each run's steps as well; the
+    LLM-like payload repeats, inputs and outputs do not."""
     store = DirectoryStore(path)
-    shared = {"content": "a long, repeated model answer " * 20}
+    shared = {"step": 0, "content": "a long, repeated model answer " * 20}
     runs = entries // 5
     for number in range(runs):
         run = f"r{number}"
-        store.append(run, "run.start", payload={"input": number}, meta={"status": "running"}, durable=False)
+        store.append(run, "run.start", payload={"input": number}, meta={"agent": "bench", "status": "running"}, durable=False)
         store.append(run, "effect", payload=shared, durable=False)
-        store.append(run, "effect", payload={"step": 2, "result": number % 97}, durable=False)
-        store.append(run, "effect", payload={"step": 3, "result": "ok"}, durable=False)
+        store.append(run, "effect", payload={"step": 1, "result": number % 97}, durable=False)
+        store.append(run, "effect", payload={"step": 2, "result": "ok"}, durable=False)
         store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"}, durable=False)
     store.close()
 

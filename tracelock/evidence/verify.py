@@ -33,6 +33,7 @@ from tracelock.core.fingerprint import (
 )
 from tracelock.core.hashing import is_hex_digest
 from tracelock.core.merkle import leaf_hash
+from tracelock.core.steps import STEP_SEQUENCE_BROKEN, run_step_issue
 from tracelock.errors import EvidenceError, ProofError
 from tracelock.evidence.bundle import (
     BUNDLE_FORMAT,
@@ -932,10 +933,13 @@ class _Verifier:
                 )
         docs: dict[int, Any] = {}
         missing = False
+        steps: list[tuple[Entry, Any]] = []
         for entry in entries:
             state, doc, redaction = self._doc_for(entry)
             if state in ("none", "present", "copy"):
                 docs[entry.seq] = doc
+            # A step hidden by a field redaction is a HiddenValue: a step not seen.
+            steps.append((entry, doc if state in ("present", "copy") else None))
             missing = missing or state == "missing"
             if redaction is not None:
                 records = self.redactions.get(entry.payload or "", [])
@@ -950,6 +954,14 @@ class _Verifier:
                         "by": redaction.by if redaction else None,
                         "reason": redaction.reason if redaction else None,
                     }
+                )
+        if chain_ok:
+            issue = run_step_issue(steps)
+            if issue is not None:
+                i = next(entry.i for entry in entries if entry.seq == issue.seq)
+                self.fail(
+                    "run.steps", issue.message, file=ENTRIES, run=run, i=i, seq=issue.seq,
+                    code=STEP_SEQUENCE_BROKEN,
                 )
         if ended_at is None or not chain_ok or missing:
             report.fingerprint_status = "not_ended" if ended_at is None else "unavailable"

@@ -1,9 +1,9 @@
 """Journal verification: recompute every hash and check every rule, report the first failure.
 
 Verification streams the journal once and keeps only bounded state: the heads of runs still
-open, a bounded cache of payload hashes seen (older ones are looked up through the index and
-re-hashed from the file), a bounded memo of ``meta`` texts already proven canonical, and the
-set of redacted payloads.
+open (and the steps each recorded, for the step rule of docs/spec.md 3.9), a bounded cache of
+payload hashes seen (older ones are looked up through the index and re-hashed from the file),
+a bounded memo of ``meta`` texts already proven canonical, and the set of redacted payloads.
 
 On the way it compares the store's index (``index.sqlite``, a cache) with the journal
 (``_IndexComparison``): every entry location, every payload location, every run row and every
@@ -35,7 +35,8 @@ from tracelock.core.entry import (
     EntryFormatError,
     parse_entry,
 )
-from tracelock.errors import CanonicalError
+from tracelock.core.steps import STEP_KINDS, RunSteps, StepChecker, opens_run, step_number
+from tracelock.errors import CanonicalError, StoreError
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
@@ -63,6 +64,10 @@ from tracelock.storage.synced_mark import MARK_FILE, SyncedMark
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
 (TERMINAL_KIND_BYTES,) = (kind.encode() for kind in TERMINAL_KINDS)
+# What the step rule does with an entry, by kind (one lookup per entry): a step kind maps to
+# itself, a run's start and end to these two markers; other kinds are not in the map.
+_OPENS, _CLOSES = "", "run.end"
+_STEP_ACTIONS = {kind.encode(): kind for kind in STEP_KINDS} | {b"run.start": _OPENS, TERMINAL_KIND_BYTES: _CLOSES}
 
 __all__ = ["INDEX_TAMPERED", "VerifyReport", "claimed_position", "verify_run", "verify_store"]
 
@@ -200,10 +205,11 @@ def verify_store(
     progress: Callable[[int], None] | None = None,
     merkle: MerkleStream | None = None,
     compare_index: bool = False,
+    steps: bool = True,
 ) -> VerifyReport:
     """Verify the whole journal: record shapes, canonical form, seq numbering, every run's
-    chain, every payload against its hash, every reference to a payload, and that every
-    erased payload has a recorded redaction.
+    chain, every payload against its hash, every reference to a payload, that every erased
+    payload has a recorded redaction, and that every run's steps form one sequence.
 
     The journal is read up to its data end (free space the writer keeps at the end of the
     file, all NUL bytes, is not data) in blocks of whole lines, each checked by the fast path
@@ -217,6 +223,10 @@ def verify_store(
     reads the on-disk index); a contradiction is the report's issue when the journal passed.
     ``verify --store`` (``tracelock.evidence.store_verify``) asks for it.
 
+    ``steps``: also check the step rule of every run (docs/spec.md 3.9,
+    ``JOURNAL_STEP_SEQUENCE_BROKEN``). The checkpoint signer leaves it out: a run that breaks
+    it is a recorded fact, and the log that holds it stays signable.
+
     A PostgreSQL store is verified from its rows instead
     (:func:`tracelock.storage.postgres.verify.verify_postgres_store`: the same checks and
     issue codes where they apply; its other columns are always compared with the lines).
@@ -227,12 +237,12 @@ def verify_store(
 
         if not isinstance(store, PostgresStore):
             raise TypeError(f"no verification for {type(store).__name__} stores")
-        return verify_postgres_store(store, progress=progress, merkle=merkle)
+        return verify_postgres_store(store, progress=progress, merkle=merkle, steps=steps)
     store.flush()  # what this handle appended is in the file before it is read
     # The mark before the journal's end: a writer beside this reader only moves both forward.
     synced = _synced_mark(store)
     index = store.index_to_compare() if compare_index else None
-    scan = _StoreScan(store, progress, merkle, None if index is None else _IndexComparison(index))
+    scan = _StoreScan(store, progress, merkle, None if index is None else _IndexComparison(index), steps)
     carried: list[bytes] = []  # the start of a line that continues in the next chunk
     offset = 0  # where the next block starts in the file
     journal = open_journal(store.path)
@@ -569,6 +579,7 @@ class _StoreScan:
         progress: Callable[[int], None] | None,
         merkle: MerkleStream | None = None,
         compare: _IndexComparison | None = None,
+        steps: bool = True,
     ) -> None:
         self.store = store
         self.compare = compare
@@ -586,6 +597,13 @@ class _StoreScan:
         self.metas: set[bytes] = set()
         self.next_seq = 0
         self.next_progress = _PROGRESS_EVERY
+        # The step rule (docs/spec.md 3.9): the runs still open, and the step each payload
+        # names (a bounded cache, by payload hash); None when the rule is not checked.
+        self.open_steps: dict[bytes, RunSteps] | None = {} if steps else None
+        self.step_of: dict[bytes, int | None] = {}
+        # ``meta`` objects of run starts and ends by their text (few distinct ones: a run's
+        # agent and status), bounded as the memo of canonical texts is.
+        self.parsed_metas: dict[bytes, dict[str, Any]] = {}
 
     def block(self, data: bytes, end: int, base: int) -> bool:
         """Check the lines of ``data[:end]`` (which ends with a line feed), found at byte
@@ -621,6 +639,12 @@ class _StoreScan:
         c_spots: dict[bytes, tuple[int, int]] = {} if compare is None else compare.payload_spots
         pack = LOCATION.pack
         last_line = b""
+        # The step rule: the open runs' steps, and this block's payload records by hash (an
+        # entry's record is usually in the same block; ``_step_named`` looks further).
+        open_steps = self.open_steps
+        step_of = self.step_of
+        block_payloads: dict[bytes, bytes] = {}
+        step_issue: ChainIssue | None = None
         # The final line feed is left out so that no empty line follows the last one.
         for line, i_text, kind, meta, payload, prev, run, seq_text in _RECORD_LINE.findall(
             data, 0, end - 1
@@ -668,6 +692,27 @@ class _StoreScan:
                     room -= 1
                     if room <= 0:
                         older, recent, room = recent, {}, _GENERATION
+                if open_steps is not None and (action := _STEP_ACTIONS.get(kind)) is not None:
+                    if action == _OPENS:
+                        if meta and i == 0 and self._opens_run(meta):
+                            open_steps[run] = RunSteps(run.decode())
+                    elif action == _CLOSES:
+                        tracked = open_steps.pop(run, None)
+                        if tracked is not None:
+                            status = self._meta(meta).get("status") if meta else None
+                            step_issue = tracked.end(next_seq, status if isinstance(status, str) else None)
+                            if step_issue is not None:
+                                break
+                    else:
+                        tracked = open_steps.get(run)
+                        if tracked is not None:
+                            # -1 is never cached (a step is never negative): not known yet.
+                            named = step_of.get(payload, -1)
+                            if named == -1:
+                                named = self._step_named(payload, block_payloads, recent, older)
+                            step_issue = tracked.add(next_seq, action, named)
+                            if step_issue is not None:
+                                break
                 if kind == TERMINAL_KIND_BYTES:
                     heads.pop(run, None)
                     closed.add(sha256(run).digest()[:16])
@@ -719,6 +764,7 @@ class _StoreScan:
                     if sha256(line[66:]).hexdigest().encode() != digest:
                         break
                     recent[digest] = False
+                    block_payloads[digest] = line
                     payloads += 1
                     if compare is not None:
                         start = position
@@ -751,12 +797,66 @@ class _StoreScan:
                 compare.advanced(min(next_seq, c_limit), last_line)
             return True
         self._advanced(recent, older, next_seq, first_seq, payloads, redacted, runs, leaves)
+        if step_issue is not None:
+            self.report.issue = step_issue
+            return False
         if starts is None:
             starts = _line_starts(data, end, base)
         number = next_seq - first_seq + payloads + redacted  # the line that failed
         line = data[starts[number] - base : starts[number + 1] - base - 1]
         self.report.issue = self._explain(Record(starts[number], classify(line) or "garbage", line))
         return False
+
+    def _step_named(
+        self, payload: bytes, block: dict[bytes, bytes], recent: dict[bytes, bool], older: dict[bytes, bool]
+    ) -> int | None:
+        """The step the payload ``payload`` (hex bytes, or empty for none) names, for the
+        step rule: its ``step``; None when it is erased or names none.
+        The record is found in the current block (``block``), else read through the store;
+        the answer is cached by hash."""
+        if not payload:
+            return None
+        cache = self.step_of
+        if payload in cache:
+            return cache[payload]
+        named: int | None = None
+        # The payload check put every payload an entry names in one of the two generations.
+        erased = recent.get(payload)
+        if erased is None:
+            erased = older.get(payload)
+        if not erased:
+            record = block.get(payload)
+            data = record[66:] if record is not None else self._payload_data(payload.decode())
+            named = None if data is None else _step_in(data)
+        if len(cache) >= _SEEN_CACHE:
+            cache.clear()
+        cache[payload] = named
+        return named
+
+    def _opens_run(self, meta: bytes) -> bool:
+        """Whether a ``run.start`` at index 0 with this ``meta`` text starts a run the step
+        rule applies to (``opens_run``)."""
+        return opens_run(0, "run.start", self._meta(meta))
+
+    def _meta(self, text: bytes) -> dict[str, Any]:
+        """An entry's ``meta`` object from its text (which the scan proved canonical)."""
+        memo = self.parsed_metas
+        meta = memo.get(text)
+        if meta is None:
+            meta = orjson.loads(text)
+            if len(text) <= _META_MEMO_BYTES:
+                if len(memo) >= _META_MEMO:
+                    memo.clear()
+                memo[text] = meta
+        return meta
+
+    def _payload_data(self, digest: str) -> bytes | None:
+        """A payload stored before the current block, read through the store (its index,
+        which the index comparison checks); None when it cannot be read."""
+        try:
+            return self.store.get_payload_bytes(digest)
+        except StoreError:
+            return None
 
     def _advanced(
         self,
@@ -857,6 +957,19 @@ def claimed_position(line: bytes) -> tuple[str | None, int | None]:
         run if isinstance(run, str) else None,
         seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
     )
+
+
+def _document(data: bytes) -> Any:
+    """A payload's document (None when its bytes are not JSON: it names no step)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _step_in(data: bytes) -> int | None:
+    """The step a payload's bytes name (``step_number`` of the document)."""
+    return step_number(_document(data))
 
 
 def _canonical_meta(text: bytes) -> bool:
@@ -967,11 +1080,13 @@ def _check_record(
 
 
 def verify_run(store: Store, run: str) -> VerifyReport:
-    """Verify one run: its chain from its first entry to its last, and its payloads."""
+    """Verify one run: its chain from its first entry to its last, its payloads, and its
+    steps (docs/spec.md 3.9)."""
     report = VerifyReport(scope=f"run {run}")
     entries = store.entries(run)
     previous_hash: str | None = None
     previous_seq = -1
+    steps = StepChecker()
     for position, entry in enumerate(entries):
         problem: str | None = None
         if entry.i != position:
@@ -983,6 +1098,7 @@ def verify_run(store: Store, run: str) -> VerifyReport:
         if problem is not None:
             report.issue = _issue("JOURNAL_CHAIN_BROKEN", entry.seq, run, f"run {run}: {problem}")
             return report
+        doc: Any = None
         if entry.payload is not None:
             state = store.payload_state(entry.payload)
             if state == "missing":
@@ -998,13 +1114,19 @@ def verify_run(store: Store, run: str) -> VerifyReport:
                 report.redacted += 1
             else:
                 try:
-                    store.get_payload_bytes(entry.payload)
+                    data = store.get_payload_bytes(entry.payload)
                 except JournalCorruptError as exc:
                     report.issue = _issue(
                         "PAYLOAD_HASH_MISMATCH", entry.seq, run, f"run {run}: {exc}"
                     )
                     return report
                 report.payloads += 1
+                if steps.wants_payload(entry):
+                    doc = _document(data)
+        issue = steps.check(entry, doc)
+        if issue is not None:
+            report.issue = issue
+            return report
         previous_hash = entry.hash
         previous_seq = entry.seq
         report.entries += 1

@@ -12,6 +12,8 @@ runs, the summaries of runs not yet compared with their rows):
 * every payload an entry names is stored (``PAYLOAD_MISSING``); every stored payload's bytes
   hash to its key (``PAYLOAD_HASH_MISMATCH``); every erased one has a ``payload.redact``
   entry (``PAYLOAD_ERASED_WITHOUT_REDACTION``);
+* each run's steps form one sequence (docs/spec.md 3.9, ``JOURNAL_STEP_SEQUENCE_BROKEN``),
+  read from the payloads of its step entries;
 * what the other columns state about the lines, like the directory store's index, must
   agree with them, reported after the lines themselves passed: a row's ``seq``, ``run`` and
   ``i`` columns, its ``leaf`` (the RFC 9162 leaf hash of the line, which the Merkle node
@@ -27,6 +29,8 @@ import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from tracelock.core.entry import (
     ADMIN_RUN,
     REDACTION_KIND,
@@ -38,6 +42,8 @@ from tracelock.core.entry import (
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
+from tracelock.core.steps import STEP_KINDS, StepChecker
+from tracelock.errors import StoreError
 from tracelock.storage.index import RunRow, row_difference
 from tracelock.storage.merkle_stream import MerkleStream
 from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport, claimed_position
@@ -101,7 +107,11 @@ def _stated(row: tuple[Any, ...]) -> RunRow:
 
 class _Scan:
     def __init__(
-        self, store: PostgresStore, progress: Callable[[int], None] | None, merkle: MerkleStream | None
+        self,
+        store: PostgresStore,
+        progress: Callable[[int], None] | None,
+        merkle: MerkleStream | None,
+        steps: bool = True,
     ) -> None:
         self.store = store
         self.progress = progress
@@ -109,6 +119,8 @@ class _Scan:
         self.merkle = merkle
         self.report = VerifyReport(scope=f"store {store.location}")
         self.checker = ChainChecker()
+        #: The step rule over the runs (None: not checked).
+        self.steps: StepChecker | None = StepChecker() if steps else None
         self.runs: dict[str, _RunSummary] = {}
         self.chains = 0  # runs, and the admin chain: each has a run row
         self.ended: list[tuple[str, _RunSummary]] = []
@@ -183,7 +195,7 @@ class _Scan:
             if self.merkle is not None:
                 self.merkle.add((digest,))
             parsed.append(entry)
-        return self.payloads_named(parsed) and self.fold(parsed)
+        return self.payloads_named(parsed) and self.steps_follow(parsed) and self.fold(parsed)
 
     def payloads_named(self, entries: list[Entry]) -> bool:
         """Every payload the batch names is stored (present or erased)."""
@@ -200,6 +212,42 @@ class _Scan:
             self.known_payloads.clear()
         self.known_payloads.update(states)
         return True
+
+    def steps_follow(self, entries: list[Entry]) -> bool:
+        """The step rule over the batch's entries, in order; the payloads of its step
+        entries are read in one query (a payload that is erased, or whose bytes do not match
+        its hash, which ``payload_rows`` reports, names a step the rule cannot see)."""
+        checker = self.steps
+        if checker is None:
+            return True
+        wanted = sorted({e.payload for e in entries if e.payload and e.kind in STEP_KINDS})
+        found = self._payload_bytes(wanted) if wanted else {}
+        for entry in entries:
+            doc: Any = None
+            if checker.wants_payload(entry) and entry.payload in found:
+                try:
+                    doc = orjson.loads(found[entry.payload])
+                except orjson.JSONDecodeError:
+                    doc = None
+            issue = checker.check(entry, doc)
+            if issue is not None:
+                self.report.issue = issue
+                return False
+        return True
+
+    def _payload_bytes(self, digests: list[str]) -> dict[str, bytes]:
+        """The bytes of those of ``digests`` that are stored, not erased, and match their
+        hash."""
+        try:
+            return self.store.get_payloads_bytes(digests)
+        except StoreError:
+            found: dict[str, bytes] = {}
+            for digest in digests:
+                try:
+                    found[digest] = self.store.get_payload_bytes(digest)
+                except StoreError:
+                    continue
+            return found
 
     def fold(self, entries: list[Entry]) -> bool:
         report = self.report
@@ -301,10 +349,13 @@ def verify_postgres_store(
     *,
     progress: Callable[[int], None] | None = None,
     merkle: MerkleStream | None = None,
+    steps: bool = True,
 ) -> VerifyReport:
     """Verify the whole store (see the module doc); the report's issue is the first problem
-    of the lines and payloads, else the first disagreement of the other columns."""
-    scan = _Scan(store, progress, merkle)
+    of the lines and payloads, else the first disagreement of the other columns. ``steps``:
+    also check each run's steps (left out by the checkpoint signer, as for the directory
+    store)."""
+    scan = _Scan(store, progress, merkle, steps)
     if scan.entries():
         scan.finish()
     report = scan.report
