@@ -24,7 +24,7 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 
-__all__ = ["READ_ONLY_ERRNOS", "file_error", "index_error"]
+__all__ = ["READ_ONLY_ERRNOS", "file_error", "index_error", "sqlite_error"]
 
 #: The errors with which a file system refuses a write to a store this process may only read.
 READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
@@ -60,9 +60,17 @@ def file_error(exc: OSError, what: str) -> StoreError:
 
 def index_error(exc: sqlite3.Error, path: Path) -> StoreError:
     """The coded error for a failure of SQLite on the store's index at ``path``."""
+    return sqlite_error(exc, path, f"the store's index {path} cannot be written ({exc})") or StoreError(
+        f"the store's index {path} cannot be written ({exc})",
+        details={"path": str(path), "sqlite_error": getattr(exc, "sqlite_errorname", None)},
+    )
+
+
+def sqlite_error(exc: sqlite3.Error, path: Path, what: str) -> StoreError | None:
+    """The coded error for a failure of SQLite on the store's file ``path`` (``what`` says
+    what failed), or None when SQLite's code names none of the failures above."""
     code = getattr(exc, "sqlite_errorcode", None)
     primary = None if code is None else code & 0xFF
-    what = f"the store's index {path} cannot be written ({exc})"
     details = {"path": str(path), "sqlite_error": getattr(exc, "sqlite_errorname", None)}
     if primary == sqlite3.SQLITE_FULL:
         return StoreFullError(f"{what}: the device is full", details=details)
@@ -72,4 +80,4 @@ def index_error(exc: sqlite3.Error, path: Path) -> StoreError:
         return DurabilityError(f"{what}: input/output error", details=details)
     if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
         return StoreLockedError(f"{what}: another process keeps it locked", details=details)
-    return StoreError(what, details=details)
+    return None

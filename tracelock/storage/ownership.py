@@ -161,7 +161,10 @@ class Presence(Protocol):
 
     token: str
 
-    def release(self) -> None: ...
+    def release(self, *, leave_mark: bool = False) -> None:
+        """Let go of the mark; ``leave_mark``: leave it behind, stale, where the backend keeps
+        one (a lease the runtime could not give back then reads as its dead owner's)."""
+        ...
 
 
 class RunOwnership(Protocol):

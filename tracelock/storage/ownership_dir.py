@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelock.errors import StoreError
+from tracelock.storage.failures import sqlite_error
 from tracelock.storage.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
 from tracelock.storage.ownership import FenceBook, LeaseHolder, Presence, RunLease, lost
 from tracelock.storage.queue_backend import QueueError
@@ -132,10 +133,11 @@ class _FilePresence:
             raise
         self._fd: int | None = fd
 
-    def release(self) -> None:
+    def release(self, *, leave_mark: bool = False) -> None:
         if self._fd is not None:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+            if not leave_mark:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
             os.close(self._fd)  # drops the lock
             self._fd = None
 
@@ -174,7 +176,7 @@ class DirectoryOwnership:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise QueueError(f"cannot write the run leases in {self._path}: {exc}") from None
+                raise self._failed(exc) from None
             try:
                 yield conn
             except BaseException:
@@ -186,7 +188,12 @@ class DirectoryOwnership:
             except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                raise QueueError(f"cannot commit the run leases in {self._path}: {exc}") from None
+                raise self._failed(exc) from None
+
+    def _failed(self, exc: sqlite3.Error) -> StoreError:
+        """The coded error for a failed write of the leases (a full disk is ``STORE_FULL``)."""
+        what = f"the run leases in {self._path} cannot be written ({exc})"
+        return sqlite_error(exc, self._path, what) or QueueError(what, details={"path": str(self._path)})
 
     def _token(self, conn: sqlite3.Connection) -> int:
         """A fencing token no other lease ever had: drawn from the store's ``token`` counter
@@ -214,7 +221,7 @@ class DirectoryOwnership:
                     (run, owner, token, expires),
                 ).rowcount
             except sqlite3.Error as exc:
-                raise QueueError(f"cannot write the run leases in {self._path}: {exc}") from None
+                raise self._failed(exc) from None
         taken: RunLease | str | None = RunLease(run, owner, token, expires) if inserted else None
         if taken is None:
             taken = self._take(run, owner, lease_ms, take_over=False)
@@ -274,7 +281,7 @@ class DirectoryOwnership:
             try:
                 return bool(conn.execute("DELETE FROM leases WHERE run = ? AND token = ?", (run, token)).rowcount)
             except sqlite3.Error as exc:
-                raise QueueError(f"cannot write the run leases in {self._path}: {exc}") from None
+                raise self._failed(exc) from None
 
     def holder(self, run: str) -> LeaseHolder | None:
         if not self._path.exists():

@@ -26,6 +26,7 @@ from typing import Any
 
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.errors import StoreSchemaTooNewError
+from tracelock.storage.failures import sqlite_error
 from tracelock.storage.lease_epoch import bump_epoch
 from tracelock.storage.queue_backend import (
     ITEM_COLUMNS,
@@ -104,7 +105,8 @@ def open_queue_db(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connectio
         conn.execute(f"PRAGMA synchronous={synchronous}")
         _migrate(conn, path)
     except sqlite3.Error as exc:
-        raise QueueError(f"cannot open the queue {path}: {exc}") from None
+        what = f"cannot open the queue {path} ({exc})"
+        raise sqlite_error(exc, path, what) or QueueError(what) from None
     return conn
 
 

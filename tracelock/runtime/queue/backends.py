@@ -67,7 +67,7 @@ def existing_queue(store: Store) -> QueueBackend | None:
         if not path.exists():
             return None
         try:
-            with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+            with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as conn:
                 if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() is None:
                     return None
                 if conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:

@@ -857,7 +857,7 @@ class Engine:
     def close(self) -> None:
         self.owner.close()
         if self._presence is not None:
-            self._presence.release()
+            self._presence.release(leave_mark=bool(self.owner.stranded))
             self._presence = None
         self._tool_invoker.close()
         self._tool_pool.shutdown(wait=False, cancel_futures=True)

@@ -55,6 +55,9 @@ class RunOwner:
         self._wake = threading.Event()
         self._beat: threading.Thread | None = None
         self._closed = False
+        #: Runs whose lease could not be given back (the store failed): their rows name this
+        #: runtime until they expire, or until its presence mark, left behind, proves it gone.
+        self.stranded: set[str] = set()
 
     # -- taking and giving back --------------------------------------------------------
     @contextlib.contextmanager
@@ -72,8 +75,13 @@ class RunOwner:
         lease = self._take(run, wait_s, busy)
         try:
             yield lease
-        finally:
-            self.give_back(lease)
+        except BaseException:
+            # The run's own failure is the caller's answer; a lease the store cannot take
+            # back now (a full disk) is left to the proof that its owner is gone.
+            with contextlib.suppress(Exception):
+                self.give_back(lease)
+            raise
+        self.give_back(lease)
 
     def _take(self, run: str, wait_s: float | None, busy: Busy | None) -> RunLease:
         ownership = self.store.ownership()
@@ -100,7 +108,10 @@ class RunOwner:
         with self._lock:
             if self._held.get(lease.run) == lease.token:
                 del self._held[lease.run]
+            self.stranded.add(lease.run)
         self.store.ownership().release(lease.run, lease.token)
+        with self._lock:
+            self.stranded.discard(lease.run)
 
     @staticmethod
     @contextlib.contextmanager

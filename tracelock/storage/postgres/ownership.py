@@ -97,7 +97,9 @@ class _SessionPresence:
             store.release_advisory_lock(self.session)
             raise
 
-    def release(self) -> None:
+    def release(self, *, leave_mark: bool = False) -> None:
+        # Either way the owner lock goes with its session: a lease left behind reads as a
+        # dead owner's.
         for name in ("session", "_owner"):
             session = getattr(self, name)
             if session is not None:
