@@ -92,11 +92,9 @@ class LeaseHolder:
     owner: str
     token: int
     expires_ms: int
-    #: Not expired yet (on the clock the backend measures expiry with).
+    #: Not expired yet (on the clock the backend measures expiry with), and its owner not
+    #: known dead.
     live: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "owner": self.owner, "token": self.token, "expires_ms": self.expires_ms, "live": self.live}
 
 
 class FenceBook:

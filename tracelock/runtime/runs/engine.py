@@ -208,7 +208,10 @@ class Engine:
     tool and LLM call). ``clock`` (ms), ``sleep`` and ``ids`` are injected; their defaults
     read the real world. ``provenance`` says what each run records of the engine and code
     that produced it (default: this process's engine, the agent's modules, the tools'
-    definitions; :class:`Provenance`).
+    definitions; :class:`Provenance`). ``lease_ms``: how long the lease of a run this runtime
+    executes lasts without its heartbeat; ``busy_timeout``: how long a ``run`` with an
+    idempotency key waits (seconds) for another owner of its run before ``RUN_BUSY``
+    (docs/recovery.md, "One owner per run").
     """
 
     def __init__(
