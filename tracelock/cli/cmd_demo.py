@@ -20,8 +20,7 @@ from tracelock.cli.describe import Describer
 from tracelock.examples import support
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
-from tracelock.storage.open import open_store
-from tracelock.storage.postgres.location import is_postgres_location
+from tracelock.storage.open import backend_of, open_store
 from tracelock.storage.verify import verify_run, verify_store
 
 TICKET = {"id": "T-1042", "text": "Hello, the keyboard from order A-1001 arrived broken. Refund?"}
@@ -34,7 +33,7 @@ TICKET = {"id": "T-1042", "text": "Hello, the keyboard from order A-1001 arrived
 def demo_command(store_path: Path, as_json: bool) -> None:
     """Record a support agent's run, then retrieve, replay and verify it."""
     say = (lambda *_: None) if as_json else click.echo
-    if is_postgres_location(str(store_path)):
+    if backend_of(store_path) == "postgresql":
         sandbox = Path("tracelock-demo-sandbox")  # a database has no directory beside it
     else:
         store_path = Path(store_path)

@@ -97,10 +97,9 @@ def checkpoint_command(key_path: Path | None, origin: str | None, store_path: Pa
         previous = history.latest()
         stored, created = history.sign(store, key, origin=origin)
         consistency = history.consistency(stored.number) if created else None
+        note_file = history.file(stored)
         kept = (
-            f"file    {history.directory / stored.file_name}"
-            if history.directory is not None
-            else f"row     {history.place(stored)} in {store.location}"
+            f"file    {note_file}" if note_file is not None else f"row     {history.place(stored)} in {store.location}"
         )
     document: dict[str, Any] = {
         "ok": True,

@@ -27,8 +27,8 @@ from tracelock.runtime.replay.replay import replay_record
 from tracelock.runtime.runtime import Runtime
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.backend import Store
-from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import RunNotFoundError
+from tracelock.storage.open import open_store
 
 __all__ = ["BundleView", "replay_bundle"]
 
@@ -118,7 +118,7 @@ def replay_bundle(
                     )
                 record = load_run(cast(Store, view), run)
                 policy = view.policy_document(record.policy_hash) if record.policy_hash else None
-                store = DirectoryStore(Path(tmp) / f"store-{index}")
+                store = open_store(Path(tmp) / f"store-{index}")
                 try:
                     with Runtime(
                         store,

@@ -1,38 +1,24 @@
 """The checkpoint history of a store, and the signing of new checkpoints.
 
-A directory store keeps it in files, inside the store directory::
-
-    checkpoints/00000001.note               signed checkpoint 1 (c2sp tlog-checkpoint note)
-    checkpoints/00000002.consistency.json   consistency proof from checkpoint 1 to 2
-    checkpoints/00000002.note
-    ...
-    checkpoints/index.jsonl                 one canonical JSON line per checkpoint (a cache)
-    checkpoints/lock                        serializes signers
-
-The note files are the history; ``index.jsonl`` is a convenience for people and tools, and
-is rewritten from the notes whenever it disagrees with them. A PostgreSQL store keeps it in
-its database: one ``tracelock_checkpoints`` row per checkpoint (number, note, consistency
-record, signers' verifier keys), written in one transaction, with signers serialized by an
-advisory lock. The two differ only in :class:`_FileRecords` and :class:`_TableRecords`;
-numbering, signing and every check are the same code. A new checkpoint is signed only
-after the store's tree is proved consistent with the previous checkpoint (RFC 9162 2.1.4):
-a tree that is not (the journal was truncated or rewritten) is refused, never signed. The
-stored proofs are checked by ``verify --store`` (``tracelock.evidence.store_verify``), and a
-history goes with its store's copy (:meth:`CheckpointHistory.copy_to`).
+A store keeps the records where its backend keeps things (``Store.checkpoint_records()``,
+:mod:`tracelock.storage.checkpoint_records`: note files inside a directory store, a
+``tracelock_checkpoints`` table in PostgreSQL); numbering, signing and every check are the
+same code, here. A new checkpoint is signed only after the store's tree is proved consistent
+with the previous checkpoint (RFC 9162 2.1.4): a tree that is not (the journal was truncated
+or rewritten) is refused, never signed. The stored proofs are checked by ``verify --store``
+(``tracelock.evidence.store_verify``), and a history goes with its store's copy
+(:meth:`CheckpointHistory.copy_to`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import re
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from tracelock.core.canonical import dumps, loads
 from tracelock.core.merkle import verify_consistency
@@ -41,14 +27,11 @@ from tracelock.evidence.checkpoint import Checkpoint, CheckpointOriginError, sig
 from tracelock.evidence.keys import PrivateKey, load_private_key
 from tracelock.evidence.note import NoteSigner, NoteVerifier, parse_note
 from tracelock.storage.backend import Store
-from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.files import write_durably
-from tracelock.storage.merkle_stream import MerkleStream, StoredNodes, open_node_files
+from tracelock.storage.checkpoint_records import CHECKPOINT_DIR, CheckpointRecords, recorded_keys
+from tracelock.storage.merkle_stream import MerkleStream, StoredNodes
 from tracelock.storage.merkle_tree import MerkleTreeTamperedError
+from tracelock.storage.open import checkpoint_records_at
 from tracelock.storage.verify import verify_store
-
-if TYPE_CHECKING:
-    from tracelock.storage.postgres.store import PostgresStore
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -66,12 +49,8 @@ __all__ = [
     "rebuild_advice",
 ]
 
-CHECKPOINT_DIR = "checkpoints"
-INDEX_FILE = "index.jsonl"
 #: Key name (and so checkpoint origin) used when nothing else names the log.
 DEFAULT_KEY_NAME = "tracelock"
-
-_NOTE_FILE = re.compile(r"([0-9]{8})\.note")
 
 
 class CheckpointNotFoundError(EvidenceError):
@@ -169,193 +148,25 @@ def load_signing_key(path: Path) -> SigningKey:
 
 
 
-class _Records(Protocol):
-    """Where a history keeps its checkpoints (the files, or the table)."""
-
-    where: str
-
-    def numbers(self) -> list[int]: ...
-
-    def note(self, number: int) -> bytes | None: ...
-
-    def consistency(self, number: int) -> bytes | None: ...
-
-    def vkeys(self, number: int) -> list[str]: ...
-
-    def place(self, number: int) -> str: ...
-
-    def locked(self) -> AbstractContextManager[None]: ...
-
-    def add(self, stored: StoredCheckpoint, consistency: bytes | None, vkeys: list[str]) -> None: ...
-
-    def index(self, history: CheckpointHistory) -> list[dict[str, Any]]: ...
-
-
-class _FileRecords:
-    """``<store>/checkpoints``: one note file per checkpoint, one consistency file, and
-    ``index.jsonl`` (a cache rewritten from the notes)."""
-
-    def __init__(self, store_dir: str | os.PathLike[str]) -> None:
-        self.directory = Path(store_dir) / CHECKPOINT_DIR
-        self.where = str(self.directory)
-
-    def numbers(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(
-            int(match.group(1))
-            for name in os.listdir(self.directory)
-            if (match := _NOTE_FILE.fullmatch(name)) is not None
-        )
-
-    def _read(self, path: Path) -> bytes | None:
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CheckpointHistoryError(f"cannot read {path}: {exc.strerror}") from None
-
-    def note(self, number: int) -> bytes | None:
-        return self._read(self.directory / f"{number:08d}.note")
-
-    def consistency(self, number: int) -> bytes | None:
-        return self._read(self.directory / f"{number:08d}.consistency.json")
-
-    def vkeys(self, number: int) -> list[str]:
-        """The signer keys ``index.jsonl`` records for checkpoint ``number`` (read only:
-        [] when the cache lacks them)."""
-        try:
-            lines = [loads(line) for line in (self.directory / INDEX_FILE).read_bytes().splitlines() if line]
-        except (OSError, ValueError):
-            return []
-        for line in lines:
-            if isinstance(line, dict) and line.get("number") == number:
-                return _strings(line.get("vkeys"))
-        return []
-
-    def place(self, number: int) -> str:
-        return f"{CHECKPOINT_DIR}/{number:08d}.note"
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    def add(self, stored: StoredCheckpoint, consistency: bytes | None, vkeys: list[str]) -> None:
-        number = stored.number
-        if consistency is not None:
-            write_durably(self.directory / f"{number:08d}.consistency.json", consistency)
-        write_durably(self.directory / f"{number:08d}.note", stored.note.encode("utf-8"))
-        line = dumps(stored.to_dict() | {"vkeys": vkeys}) + b"\n"
-        path = self.directory / INDEX_FILE
-        if self._index_lines() != number - 1:
-            self.rebuild_index()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _index_lines(self) -> int:
-        try:
-            return (self.directory / INDEX_FILE).read_bytes().count(b"\n")
-        except FileNotFoundError:
-            return 0
-
-    def index(self, history: CheckpointHistory) -> list[dict[str, Any]]:
-        path = self.directory / INDEX_FILE
-        numbers = history.numbers()
-        try:
-            lines = [loads(line) for line in path.read_bytes().splitlines() if line]
-        except (OSError, ValueError):
-            lines = []
-        if [line.get("number") if isinstance(line, dict) else None for line in lines] != numbers:
-            self.rebuild_index(history)
-            lines = [loads(line) for line in path.read_bytes().splitlines() if line]
-        return [line for line in lines if isinstance(line, dict)]
-
-    def rebuild_index(self, history: CheckpointHistory | None = None) -> None:
-        """Rewrite ``index.jsonl`` from the note files (signer keys are then unknown)."""
-        history = history or CheckpointHistory(self.directory.parent)
-        lines = [dumps(history.load(n).to_dict() | {"vkeys": []}) + b"\n" for n in history.numbers()]
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_durably(self.directory / INDEX_FILE, b"".join(lines))
-
-
-class _TableRecords:
-    """A PostgreSQL store's ``tracelock_checkpoints`` table."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-        self.where = f"the tracelock_checkpoints table of {store.location}"
-
-    def numbers(self) -> list[int]:
-        return self.store.checkpoint_numbers()
-
-    def note(self, number: int) -> bytes | None:
-        record = self.store.checkpoint_record(number)
-        return None if record is None else record[0]
-
-    def consistency(self, number: int) -> bytes | None:
-        record = self.store.checkpoint_record(number)
-        return None if record is None else record[1]
-
-    def vkeys(self, number: int) -> list[str]:
-        record = self.store.checkpoint_record(number)
-        try:
-            return _strings(loads(record[2])) if record is not None else []
-        except ValueError:
-            return []
-
-    def place(self, number: int) -> str:
-        return f"tracelock_checkpoints/{number}"
-
-    def locked(self) -> AbstractContextManager[None]:
-        return self.store.checkpoint_lock()
-
-    def add(self, stored: StoredCheckpoint, consistency: bytes | None, vkeys: list[str]) -> None:
-        self.store.add_checkpoint(stored.number, stored.note.encode("utf-8"), consistency, dumps(vkeys).decode())
-
-    def index(self, history: CheckpointHistory) -> list[dict[str, Any]]:
-        return [history.load(number).to_dict() | {"vkeys": self.vkeys(number)} for number in history.numbers()]
-
-
-def _strings(value: Any) -> list[str]:
-    """The strings of a JSON list (a recorded ``vkeys``); [] for anything else."""
-    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
-
-
 class CheckpointHistory:
     """The numbered, signed checkpoints of a store: ``<store>/checkpoints`` for a
-    directory store (give its path), the ``tracelock_checkpoints`` table for a PostgreSQL
-    store (give the store; :meth:`of` picks for any store)."""
+    directory store (give its path, or the open store), the ``tracelock_checkpoints`` table
+    for a PostgreSQL store (give the store)."""
 
-    def __init__(self, store: str | os.PathLike[str] | PostgresStore) -> None:
-        if isinstance(store, str | os.PathLike):
-            files = _FileRecords(store)
-            self.directory: Path | None = files.directory
-            self._records: _Records = files
-        else:
-            self.directory = None
-            self._records = _TableRecords(store)
+    def __init__(self, store: str | os.PathLike[str] | Store) -> None:
+        self._records: CheckpointRecords = (
+            checkpoint_records_at(store) if isinstance(store, str | os.PathLike) else store.checkpoint_records()
+        )
 
     @classmethod
     def of(cls, store: Store) -> CheckpointHistory:
         """The history of an open store, wherever its backend keeps it."""
-        if isinstance(store, DirectoryStore):
-            return cls(store.path)
-        from tracelock.storage.postgres.store import PostgresStore
+        return cls(store)
 
-        if isinstance(store, PostgresStore):
-            return cls(store)
-        raise EvidenceError(f"{type(store).__name__} stores keep no checkpoint history")
+    def file(self, stored: StoredCheckpoint) -> Path | None:
+        """The file checkpoint ``stored``'s note is kept in (None: the backend keeps it in
+        no file, e.g. a table row)."""
+        return self._records.file(stored.number)
 
     @property
     def where(self) -> str:
@@ -380,8 +191,8 @@ class CheckpointHistory:
         return found
 
     def load(self, number: int) -> StoredCheckpoint:
-        data = self._records.note(number)
         place = self._records.place(number)
+        data = self._read(lambda: self._records.note(number))
         if data is None:
             raise CheckpointNotFoundError(
                 f"no checkpoint {number} in {self.where}", details={"number": number}
@@ -402,6 +213,16 @@ class CheckpointHistory:
             place,
         )
 
+    @staticmethod
+    def _read(read: Callable[[], bytes | None]) -> bytes | None:
+        try:
+            return read()
+        except OSError as exc:
+            raise CheckpointHistoryError(f"cannot read {exc.filename}: {exc.strerror}") from None
+
+    def _summaries(self) -> list[dict[str, Any]]:
+        return [self.load(number).to_dict() for number in self.numbers()]
+
     def latest(self) -> StoredCheckpoint | None:
         numbers = self.numbers()
         return self.load(numbers[-1]) if numbers else None
@@ -419,7 +240,7 @@ class CheckpointHistory:
 
     def consistency(self, number: int) -> dict[str, Any] | None:
         """The stored consistency proof from checkpoint ``number - 1`` to ``number``."""
-        data = self._records.consistency(number)
+        data = self._read(lambda: self._records.consistency(number))
         if data is None:
             return None
         try:
@@ -493,7 +314,9 @@ class CheckpointHistory:
             stored = StoredCheckpoint(
                 number, body, note, ((signer.name, signer.key_id),), self._records.place(number)
             )
-            self._records.add(stored, consistency, [signer.verifier().vkey])
+            self._records.add(
+                number, note.encode("utf-8"), consistency, [signer.verifier().vkey], stored.to_dict(), self._summaries
+            )
             return stored, True
 
     def _recheck(
@@ -598,9 +421,14 @@ class CheckpointHistory:
                         f"checkpoint {number} (size {stored.size}) does not match the copy's first "
                         f"{stored.size} entries: neither it nor a later checkpoint was copied"
                     ]
-                place = destination._records.place(number)
+                summary = replace(stored, place=destination._records.place(number)).to_dict()
                 destination._records.add(
-                    replace(stored, place=place), self._records.consistency(number), self._records.vkeys(number)
+                    number,
+                    stored.note.encode("utf-8"),
+                    self._records.consistency(number),
+                    self._records.vkeys(number),
+                    summary,
+                    destination._summaries,
                 )
                 copied += 1
         return copied, []
@@ -608,44 +436,30 @@ class CheckpointHistory:
     def index(self) -> list[dict[str, Any]]:
         """One document per checkpoint: its :meth:`StoredCheckpoint.to_dict` and ``vkeys``
         (a directory store's ``index.jsonl``, rebuilt from the notes when they disagree)."""
-        return self._records.index(self)
+        return self._records.index(self._summaries)
 
     def rebuild_index(self) -> None:
         """Rewrite a directory store's ``index.jsonl`` from the note files (signer keys are
         then unknown); nothing to do for a history kept in a table."""
-        if isinstance(self._records, _FileRecords):
-            self._records.rebuild_index(self)
+        self._records.rebuild_index(self._summaries)
 
     def signer_vkeys(self, number: int) -> list[str]:
         """The verifier keys recorded for checkpoint ``number`` when it was signed
         (informational: a verifier trusts only the keys it pinned)."""
         for line in self.index():
             if line.get("number") == number:
-                return _strings(line.get("vkeys"))
+                return recorded_keys(line.get("vkeys"))
         return []
 
 
 def open_merkle_cache(store: Store) -> tuple[StoredNodes | None, str | None]:
-    """The store's stored Merkle nodes to compare with its journal (see
-    :func:`tracelock.storage.merkle_stream.open_node_files`): a directory store's node
-    files, a PostgreSQL store's node table; (None, why) when unusable, (None, None) when
-    there are none."""
-    if isinstance(store, DirectoryStore):
-        return open_node_files(store.path / "merkle")
-    from tracelock.storage.postgres.merkle import NodeTable
-    from tracelock.storage.postgres.store import PostgresStore
-
-    if isinstance(store, PostgresStore):
-        table = NodeTable(store)
-        return (table, None) if table.stored_levels() else (None, None)
-    return None, None
+    """The store's stored Merkle nodes to compare with its journal (``Store.merkle_cache``)."""
+    return store.merkle_cache()
 
 
 def rebuild_advice(store: Store) -> str:
     """How to have a store's Merkle cache rebuilt from its journal."""
-    if isinstance(store, DirectoryStore):
-        return "delete the store's merkle/ directory to have them rebuilt from the journal"
-    return "delete the rows of its tracelock_merkle_nodes table to have them rebuilt from the journal"
+    return store.merkle_rebuild_advice()
 
 
 class Checkpointer:

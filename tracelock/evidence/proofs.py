@@ -23,15 +23,12 @@ from tracelock.core.merkle import (
     HASH_SIZE,
     ProofRootMismatchError,
     inclusion_proof,
-    leaf_hash,
     node_hash,
     split_point,
     verify_inclusion,
 )
 from tracelock.evidence.history import rebuild_advice
 from tracelock.storage.backend import Store
-from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.journal_file import ENTRY, Record
 from tracelock.storage.merkle_stream import MerkleStream
 
 __all__ = [
@@ -51,13 +48,7 @@ JOURNAL_CHANGED = "journal"
 def journal_leaf_hashes(store: Store) -> Iterator[bytes]:
     """The leaf hash of every entry in ``seq`` order, computed from the entries themselves
     (the directory store's journal records, a PostgreSQL store's lines), never from a cache."""
-    if isinstance(store, DirectoryStore):
-        for record in store.iter_records(0):
-            if isinstance(record, Record) and record.kind == ENTRY:
-                yield leaf_hash(record.data)
-        return
-    for entry in store.iter_entries():
-        yield leaf_hash(entry.line)
+    return store.journal_leaf_hashes()
 
 
 def judge_tree_mismatch(store: Store, number: int, size: int, root: bytes) -> tuple[str, str]:

@@ -21,13 +21,17 @@ so that the same run produces the same entries, hashes and fingerprint on any ba
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracelock.core.canonical import dumps
 from tracelock.core.entry import Entry
+from tracelock.errors import TracelockError
+from tracelock.storage.checkpoint_records import CheckpointRecords
+from tracelock.storage.merkle_stream import StoredNodes
 from tracelock.storage.ownership import RunOwnership
+from tracelock.storage.queue_backend import QueueBackend
 
 __all__ = [
     "NO_PAYLOAD",
@@ -166,6 +170,16 @@ class Store(Protocol):
     def read_only(self) -> bool: ...
 
     @property
+    def backend(self) -> str:
+        """The backend's name: ``"directory"``, ``"postgresql"``."""
+        ...
+
+    @property
+    def damage(self) -> TracelockError | None:
+        """The damage a read-only open stopped at (what it shows is what lies before), if any."""
+        ...
+
+    @property
     def repairs(self) -> list[Repair]: ...
 
     def close(self) -> None: ...
@@ -223,6 +237,37 @@ class Store(Protocol):
 
     def erase_payload(self, digest: str) -> bool:
         """Physically remove a payload's bytes (after its redaction entry was appended)."""
+        ...
+
+    # -- checkpoints and the Merkle cache (for tracelock.evidence) ----------------------
+    def checkpoint_records(self) -> CheckpointRecords:
+        """Where the store keeps its checkpoint history."""
+        ...
+
+    def merkle_cache(self) -> tuple[StoredNodes | None, str | None]:
+        """The stored Merkle nodes to compare with the journal: (None, why) when unusable,
+        (None, None) when there are none."""
+        ...
+
+    def merkle_rebuild_advice(self) -> str:
+        """How to have the Merkle cache rebuilt from the journal, for people."""
+        ...
+
+    def journal_leaf_hashes(self) -> Iterator[bytes]:
+        """The leaf hash of every entry in ``seq`` order, from the entries themselves."""
+        ...
+
+    # -- the run queue (tracelock.storage.queue_backend) --------------------------------
+    def queue(self, *, clock_ms: Callable[[], int] | None = None) -> QueueBackend:
+        """This handle's run queue (made on first use, then the same object)."""
+        ...
+
+    def has_queue(self) -> bool:
+        """Whether someone ever queued a run on this store."""
+        ...
+
+    def close_queue(self) -> None:
+        """Close the run queue, if it was made."""
         ...
 
     # -- run ownership -----------------------------------------------------------------

@@ -91,6 +91,7 @@ from tracelock.storage.backend import (
     StoreFootprint,
     stored_payload,
 )
+from tracelock.storage.checkpoints_dir import DirectoryCheckpoints
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.disk_usage import store_parts
 from tracelock.storage.errors import (
@@ -127,10 +128,12 @@ from tracelock.storage.journal_file import (
     data_end,
     scan_records,
 )
+from tracelock.storage.merkle_stream import StoredNodes, open_node_files
 from tracelock.storage.merkle_tree import MerkleTreeFile
-from tracelock.storage.ownership import AppendGuard
+from tracelock.storage.ownership import AppendGuard, FenceBook
 from tracelock.storage.ownership_dir import DirectoryOwnership
 from tracelock.storage.payload_cache import PayloadCache
+from tracelock.storage.queue_dir import QUEUE_FILE, DirectoryQueue, queued_any
 from tracelock.storage.sealed import SEAL_BYTES, SealedJournal, wrap
 from tracelock.storage.seen import PayloadFilter
 from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
@@ -219,6 +222,7 @@ class DirectoryStore:
         #: (tracelock.storage.ownership): refuses a lost lease's appends.
         self.append_guard: AppendGuard | None = None
         self._ownership: DirectoryOwnership | None = None
+        self._queue: DirectoryQueue | None = None
         #: Where this handle's index rows not yet handed to SQLite begin in the journal.
         self._indexed_end = 0
         self._clock = clock or wall_clock_ms
@@ -2076,6 +2080,63 @@ class DirectoryStore:
                 self.append_guard = self._ownership.guard
             return self._ownership
 
+    @property
+    def backend(self) -> str:
+        return "directory"
+
+    # -- checkpoints and the Merkle cache, for tracelock.evidence ----------------------
+    def checkpoint_records(self) -> DirectoryCheckpoints:
+        """Where this store keeps its checkpoint history: ``<store>/checkpoints``."""
+        return DirectoryCheckpoints(self._path)
+
+    def merkle_cache(self) -> tuple[StoredNodes | None, str | None]:
+        """The stored Merkle nodes to compare with the journal: the node files under
+        ``merkle/`` (see :func:`tracelock.storage.merkle_stream.open_node_files`)."""
+        return open_node_files(self._path / "merkle")
+
+    def merkle_rebuild_advice(self) -> str:
+        return "delete the store's merkle/ directory to have them rebuilt from the journal"
+
+    def journal_leaf_hashes(self) -> Iterator[bytes]:
+        """The leaf hash of every entry in ``seq`` order, from the journal's records
+        themselves (never from a cache)."""
+        for record in self.iter_records(0):
+            if isinstance(record, Record) and record.kind == ENTRY:
+                yield leaf_hash(record.data)
+
+    # -- the run queue (tracelock.storage.queue_backend) --------------------------------
+    def queue(self, *, clock_ms: Callable[[], int] | None = None) -> DirectoryQueue:
+        """This handle's run queue, ``<store>/queue.sqlite`` (made on first use, then the
+        same object; ``clock_ms`` measures its lease expiry, by default the wall clock)."""
+        with self._lock:
+            if self._queue is not None:
+                return self._queue
+            self._check_open()
+        # Outside _lock: ownership() takes it. A read-only handle, which appends nothing,
+        # gives its queue a fence book of its own.
+        fences = FenceBook() if self._read_only else self.ownership().fences
+        made = DirectoryQueue(self._path, fences=fences, clock_ms=clock_ms)
+        with self._lock:
+            if self._queue is None:
+                self._queue = made
+                return made
+        made.close()
+        return self._queue
+
+    def has_queue(self) -> bool:
+        """Whether someone ever queued a run on this store (a store nobody queued to is not
+        given a queue: its ``queue.sqlite`` may exist for the run leases alone)."""
+        if self._queue is not None:
+            return True
+        return queued_any(self._path / QUEUE_FILE)
+
+    def close_queue(self) -> None:
+        """Close the run queue, if it was made (before the store closes)."""
+        with self._lock:
+            queue, self._queue = self._queue, None
+        if queue is not None:
+            queue.close()
+
     @contextlib.contextmanager
     def _writer_locked(self) -> Iterator[None]:
         """Hold the writer lock (ordered with every append of every process) for a moment."""
@@ -2091,6 +2152,7 @@ class DirectoryStore:
     def close(self) -> None:
         if self._closed:
             return
+        self.close_queue()
         if self._ownership is not None:
             self._ownership.close()
         try:

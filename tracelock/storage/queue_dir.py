@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from tracelock.storage.queue_backend import (
     leased_error,
 )
 
-__all__ = ["DirectoryQueue", "QUEUE_FILE", "open_queue_db"]
+__all__ = ["DirectoryQueue", "QUEUE_FILE", "open_queue_db", "queued_any"]
 
 QUEUE_FILE = "queue.sqlite"
 
@@ -110,6 +110,20 @@ def open_queue_db(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connectio
     return conn
 
 
+def queued_any(path: Path) -> bool:
+    """Whether the queue file at ``path`` holds any queued run (read-only; a file made for
+    the run leases alone holds none)."""
+    if not path.exists():
+        return False
+    try:
+        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as conn:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() is None:
+                return False
+            return conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is not None
+    except sqlite3.Error as exc:
+        raise QueueError(f"cannot read the queue {path}: {exc}") from None
+
+
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -133,14 +147,14 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
 
 
 class DirectoryQueue:
-    """The queue of the directory store at ``store_dir``. ``store``, when given, is the
-    handle whose appends are fenced (``attach``)."""
+    """The queue of the directory store at ``store_dir``. ``fences``: the fence book of the
+    store handle whose appends its leases fence (its run ownership's)."""
 
     def __init__(
         self,
         store_dir: str | os.PathLike[str],
         *,
-        store: Any = None,
+        fences: FenceBook,
         clock_ms: Callable[[], int] | None = None,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
@@ -152,9 +166,7 @@ class DirectoryQueue:
         self._closed = False
         self._conn = open_queue_db(self._path)
         self._seen_version = self._data_version()
-        #: The fence book of the store handle (its run ownership): a worker's leases fence
-        #: that handle's appends (a read-only handle, which appends nothing, has a book of its own).
-        self.fences: FenceBook = store.ownership().fences if store is not None and not store.read_only else FenceBook()
+        self.fences = fences
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tracelock.storage.backend import Store
-from tracelock.storage.open import open_store
-from tracelock.storage.postgres.location import is_postgres_location, redact_location
+from tracelock.storage.open import backend_of, open_store, shown_location
 
 __all__ = ["StoreSource"]
 
@@ -30,12 +29,12 @@ class StoreSource:
 
     @property
     def backend(self) -> str:
-        return "postgresql" if is_postgres_location(self.location) else "directory"
+        return backend_of(self.location)
 
     @property
     def shown(self) -> str:
         """The location as the pages print it (a connection string without its password)."""
-        return redact_location(self.location) if self.backend == "postgresql" else self.location
+        return shown_location(self.location)
 
     @contextmanager
     def reading(self) -> Iterator[Store]:

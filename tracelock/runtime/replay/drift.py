@@ -29,7 +29,8 @@ from tracelock.core.fingerprint import value_hash
 from tracelock.runtime.pipeline.held import HeldAnswers
 from tracelock.runtime.records import RunRecord, load_run
 from tracelock.runtime.replay.compare import run_difference
-from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.backend import Store
+from tracelock.storage.open import open_store
 
 __all__ = ["Attempt", "DriftReport", "compare_attempts", "detect_drift", "drift_run_id", "hash_seed"]
 
@@ -99,7 +100,7 @@ def compare_attempts(
         for number in range(n):
             location = Path(tmp) / f"run-{number}"
             run_id = attempt(number, location)
-            store = DirectoryStore(location, create=False)
+            store = open_store(location, create=False)
             try:
                 record = load_run(store, run_id)
             finally:
@@ -117,7 +118,7 @@ def compare_attempts(
 
 
 def detect_drift(
-    make_runtime: Callable[[DirectoryStore], Any],
+    make_runtime: Callable[[Store], Any],
     agent: Callable[..., Any],
     input: Any,
     n: int,
@@ -136,7 +137,7 @@ def detect_drift(
     first: list[dict[str, Any]] = []
 
     def in_process(number: int, location: Path) -> str:
-        store = DirectoryStore(location)
+        store = open_store(location)
         runtime = make_runtime(store)
         try:
             if hold_llm and number > 0:

@@ -20,7 +20,7 @@ import threading
 import zlib
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.postgres.location import redact_location, scrub
@@ -35,9 +35,6 @@ from tracelock.storage.queue_backend import (
     QueueRow,
     leased_error,
 )
-
-if TYPE_CHECKING:
-    from tracelock.storage.postgres.store import PostgresStore
 
 __all__ = ["QUEUE_MIGRATIONS", "PostgresQueue"]
 
@@ -120,11 +117,11 @@ class PostgresQueue:
     """The queue of one PostgreSQL store, through connections of its own (the store's pool
     stays for appends). ``attach`` installs the fencing guard on the store handle."""
 
-    def __init__(self, store: PostgresStore, *, clock_ms: Any = None) -> None:
+    def __init__(self, url: str, fences: FenceBook, *, clock_ms: Any = None) -> None:
         import psycopg
 
         self._psycopg = psycopg
-        self._url = store._url
+        self._url = url
         self._shown = redact_location(self._url)
         self._lock = threading.Lock()
         self._conn: Any = None
@@ -133,8 +130,8 @@ class PostgresQueue:
         self._clock_ms = clock_ms
         self._prepare()
         #: The fence book of the store handle (its run ownership): a worker's leases fence
-        #: that handle's appends (a read-only handle, which appends nothing, has a book of its own).
-        self.fences: FenceBook = FenceBook() if store.read_only else store.ownership().fences
+        #: that handle's appends.
+        self.fences = fences
 
     # -- connections -----------------------------------------------------------------------
     def _error(self, exc: BaseException, doing: str) -> QueueError:

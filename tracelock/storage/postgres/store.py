@@ -62,12 +62,15 @@ from tracelock.storage.errors import (
     StorePermissionError,
     StoreReadOnlyError,
 )
-from tracelock.storage.ownership import AppendGuard
+from tracelock.storage.merkle_stream import StoredNodes
+from tracelock.storage.ownership import AppendGuard, FenceBook
+from tracelock.storage.postgres.checkpoints import TableCheckpoints
 from tracelock.storage.postgres.connection import WATCH_GRACE_S, CommitWatch, connection_settings
 from tracelock.storage.postgres.group_commit import CommitQueue, Request
 from tracelock.storage.postgres.location import redact_location, scrub
-from tracelock.storage.postgres.merkle import PostgresMerkle
+from tracelock.storage.postgres.merkle import NodeTable, PostgresMerkle
 from tracelock.storage.postgres.ownership import PostgresOwnership
+from tracelock.storage.postgres.queue import PostgresQueue
 from tracelock.storage.postgres.schema import SCHEMA_VERSION, prepare_schema
 from tracelock.storage.run_fold import fold_runs
 
@@ -252,6 +255,7 @@ class PostgresStore:
         #: a lease (tracelock.storage.ownership): refuses a lost lease's appends.
         self.append_guard: AppendGuard | None = None
         self._ownership: PostgresOwnership | None = None
+        self._run_queue: PostgresQueue | None = None
         psycopg, pool_module = _driver()
         self._psycopg = psycopg
         options: dict[str, Any] = {"autocommit": True}
@@ -1318,12 +1322,78 @@ class PostgresStore:
                 self.append_guard = self._ownership.guard
             return self._ownership
 
+    @property
+    def backend(self) -> str:
+        return "postgresql"
+
+    @property
+    def damage(self) -> TracelockError | None:
+        """Nothing: the server keeps the journal whole or refuses it."""
+        return None
+
+    # -- checkpoints and the Merkle cache, for tracelock.evidence ----------------------
+    def checkpoint_records(self) -> TableCheckpoints:
+        """Where this store keeps its checkpoint history: ``tracelock_checkpoints``."""
+        return TableCheckpoints(self)
+
+    def merkle_cache(self) -> tuple[StoredNodes | None, str | None]:
+        """The stored Merkle nodes to compare with the journal: the node table (None, None
+        when it holds none)."""
+        table = NodeTable(self)
+        return (table, None) if table.stored_levels() else (None, None)
+
+    def merkle_rebuild_advice(self) -> str:
+        return "delete the rows of its tracelock_merkle_nodes table to have them rebuilt from the journal"
+
+    def journal_leaf_hashes(self) -> Iterator[bytes]:
+        """The leaf hash of every entry in ``seq`` order, from the entry lines themselves
+        (never from the node table)."""
+        for entry in self.iter_entries():
+            yield leaf_hash(entry.line)
+
+    # -- the run queue (tracelock.storage.queue_backend) --------------------------------
+    def queue(self, *, clock_ms: Callable[[], int] | None = None) -> PostgresQueue:
+        """This handle's run queue, in the store's database (made on first use, then the same
+        object; lease expiry is measured on the server's clock, ``clock_ms`` is unused)."""
+        with self._state_lock:
+            if self._run_queue is not None:
+                return self._run_queue
+            self._check_open()
+        # Outside the state lock: ownership() takes it. A read-only handle, which appends
+        # nothing, gives its queue a fence book of its own.
+        made = PostgresQueue(self._url, FenceBook() if self._read_only else self.ownership().fences)
+        with self._state_lock:
+            if self._run_queue is None:
+                self._run_queue = made
+                return made
+        made.close()
+        return self._run_queue
+
+    def has_queue(self) -> bool:
+        """Whether someone ever queued a run on this store (its queue tables may exist for
+        the run leases alone)."""
+        if self._run_queue is not None:
+            return True
+        row = self._one("SELECT to_regclass('tracelock_queue_runs') IS NOT NULL")
+        if not (row and row[0]):
+            return False
+        found = self._one("SELECT EXISTS (SELECT 1 FROM tracelock_queue_runs)")
+        return bool(found and found[0])
+
+    def close_queue(self) -> None:
+        """Close the run queue, if it was made (before the store closes)."""
+        with self._state_lock:
+            queue, self._run_queue = self._run_queue, None
+        if queue is not None:
+            queue.close()
+
     def close(self) -> None:
         """Commit the appends still queued (coroutines' appends not awaited yet), then
         close the connections."""
         with self._state_lock:
             if self._closed:
                 return
+        self.close_queue()
         self._queue.close()
         if self._ownership is not None:
             self._ownership.close()
