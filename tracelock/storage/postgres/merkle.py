@@ -24,8 +24,8 @@ with the node the entries give (:class:`NodeTable`, read by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from tracelock.core.merkle import (
     EMPTY_ROOT,
@@ -38,8 +38,19 @@ from tracelock.core.merkle import (
 )
 from tracelock.storage.errors import StoreConnectionError, StoreError
 
-if TYPE_CHECKING:
-    from tracelock.storage.postgres.store import PostgresStore
+
+class NodeRows(Protocol):
+    """What the tree needs of the PostgreSQL store: its entries' leaf hashes and the rows of
+    its node table (a protocol, so that this module does not import the store's)."""
+
+    def _one(self, query: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None: ...
+    def size(self) -> int: ...
+    def leaf_hashes(self, start: int, end: int) -> list[bytes]: ...
+    def leaves_at(self, seqs: Sequence[int]) -> dict[int, bytes]: ...
+    def merkle_nodes(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]: ...
+    def merkle_node_counts(self) -> dict[int, int]: ...
+    def merkle_node_range(self, level: int, start: int, end: int) -> dict[int, bytes]: ...
+    def save_merkle_nodes(self, rows: Sequence[tuple[int, int, bytes]]) -> None: ...
 
 __all__ = ["CHUNK_LEVEL", "MISSING_NODE", "NodeTable", "PostgresMerkle"]
 
@@ -72,7 +83,7 @@ def _parts(start: int, end: int) -> list[tuple[int, int]]:
 class PostgresMerkle:
     """Merkle queries over one store handle's tables (see the module doc)."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: NodeRows) -> None:
         self._store = store
         #: Nodes computed by a handle that could not store them.
         self._memory: dict[_Key, bytes] = {}
@@ -227,7 +238,7 @@ class NodeTable:
     them with the entries: a level's count is one past its highest stored index, and a row
     absent below that reads as :data:`MISSING_NODE` (so a deleted node is found too)."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: NodeRows) -> None:
         self._store = store
         self._counts = store.merkle_node_counts()
 
