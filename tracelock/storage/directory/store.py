@@ -3,7 +3,7 @@
 Layout::
 
     <dir>/store.json     format marker and store id (written once, fsynced)
-    <dir>/journal.log    entries and payload records (see ``journal_file``)
+    <dir>/journal.log    entries and payload records (see ``journal``)
     <dir>/journal.synced how much of the journal is known durable (see ``synced_mark``)
     <dir>/lock           advisory lock held by a writer for one commit at a time
     <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale; one
@@ -91,9 +91,34 @@ from tracelock.storage.backend import (
     StoreFootprint,
     stored_payload,
 )
-from tracelock.storage.checkpoints_dir import DirectoryCheckpoints
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
-from tracelock.storage.disk_usage import store_parts
+from tracelock.storage.directory.checkpoints import DirectoryCheckpoints
+from tracelock.storage.directory.disk_usage import store_parts
+from tracelock.storage.directory.fileio import OS_FILES, FileIO
+from tracelock.storage.directory.files import create_durably, fsync_dir, write_durably
+from tracelock.storage.directory.index import (
+    LOCATION,
+    SCHEMA_VERSION,
+    Index,
+    IndexedPayload,
+    typed_run_row,
+)
+from tracelock.storage.directory.journal import (
+    ENTRY,
+    PAYLOAD,
+    REDACTED,
+    GroupCommitLog,
+    Record,
+    data_end,
+    scan_records,
+)
+from tracelock.storage.directory.merkle_tree import MerkleTreeFile, open_node_files
+from tracelock.storage.directory.ownership import DirectoryOwnership
+from tracelock.storage.directory.payload_cache import PayloadCache
+from tracelock.storage.directory.payload_filter import PayloadFilter
+from tracelock.storage.directory.queue import QUEUE_FILE, DirectoryQueue, queued_any
+from tracelock.storage.directory.sealed import SEAL_BYTES, SealedJournal, wrap
+from tracelock.storage.directory.synced_mark import MARK_FILE, SyncedMark, encode_mark
 from tracelock.storage.errors import (
     IndexTamperedError,
     JournalCorruptError,
@@ -108,35 +133,9 @@ from tracelock.storage.errors import (
     StoreReadOnlyError,
 )
 from tracelock.storage.failures import READ_ONLY_ERRNOS, file_error, index_error
-from tracelock.storage.fileio import OS_FILES, FileIO
-from tracelock.storage.files import create_durably, fsync_dir, write_durably
-from tracelock.storage.index import (
-    LOCATION,
-    SCHEMA_VERSION,
-    Index,
-    IndexedPayload,
-    RunRow,
-    row_difference,
-    typed_run_row,
-)
-from tracelock.storage.journal_file import (
-    ENTRY,
-    PAYLOAD,
-    REDACTED,
-    GroupCommitLog,
-    Record,
-    data_end,
-    scan_records,
-)
-from tracelock.storage.merkle_stream import StoredNodes, open_node_files
-from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.merkle_stream import StoredNodes
 from tracelock.storage.ownership import AppendGuard, FenceBook
-from tracelock.storage.ownership_dir import DirectoryOwnership
-from tracelock.storage.payload_cache import PayloadCache
-from tracelock.storage.queue_dir import QUEUE_FILE, DirectoryQueue, queued_any
-from tracelock.storage.sealed import SEAL_BYTES, SealedJournal, wrap
-from tracelock.storage.seen import PayloadFilter
-from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
+from tracelock.storage.run_fold import RunRow, row_difference
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "DirectoryStore"]
 
@@ -205,7 +204,7 @@ class DirectoryStore:
     ) -> None:
         self._path = Path(path)
         #: A writer seals the durable journal into a compressed segment once this much of
-        #: it lies past the last segment (``tracelock.storage.sealed``); None: never.
+        #: it lies past the last segment (``tracelock.storage.directory.sealed``); None: never.
         self._seal_bytes = seal_bytes
         self._seal_at = sys.maxsize  # the durable end at which this handle seals next
         #: Why the last attempt to seal failed (the journal is then simply left as it is).
@@ -2091,7 +2090,7 @@ class DirectoryStore:
 
     def merkle_cache(self) -> tuple[StoredNodes | None, str | None]:
         """The stored Merkle nodes to compare with the journal: the node files under
-        ``merkle/`` (see :func:`tracelock.storage.merkle_stream.open_node_files`)."""
+        ``merkle/`` (see :func:`tracelock.storage.directory.merkle_tree.open_node_files`)."""
         return open_node_files(self._path / "merkle")
 
     def merkle_rebuild_advice(self) -> str:
