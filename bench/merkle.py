@@ -3,7 +3,7 @@
     python -m bench.merkle            # 1,000,000-leaf tree
     python -m bench.merkle --quick    # 50,000-leaf tree
 
-Builds a persistent tree (:class:`tracelock.storage.merkle_tree.MerkleTreeFile`) in a
+Builds a persistent tree (:class:`tracelock.storage.directory.merkle_tree.MerkleTreeFile`) in a
 temporary directory, reopens it, then times per proof: inclusion and consistency proof
 generation (read from the node files, one chunk of leaf hashes from an in-memory journal
 stand-in) and verification; and per checkpoint: signing and verifying (Ed25519 signed note).
@@ -24,7 +24,7 @@ from tracelock.core.merkle import leaf_hash, verify_consistency, verify_inclusio
 from tracelock.evidence.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from tracelock.evidence.keys import PrivateKey
 from tracelock.evidence.note import NoteSigner
-from tracelock.storage.merkle_tree import MerkleTreeFile
+from tracelock.storage.directory.merkle_tree import MerkleTreeFile
 
 FULL_LEAVES = 1_000_000
 QUICK_LEAVES = 50_000

@@ -30,7 +30,7 @@ from bench.stats import percentile, summary_us
 from bench.syncs import probe
 from tracelock.runtime.replay.gate import replay_all
 from tracelock.runtime.runtime import Runtime
-from tracelock.storage.disk_usage import store_parts
+from tracelock.storage.directory.disk_usage import store_parts
 
 VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "default": ({}, "auto"),

@@ -7,7 +7,7 @@ A small store is recorded in a temporary directory with a fixed clock and a fixe
 (four runs, one ``run.start`` payload redacted, so one segment holds a redacted record); its
 journal is cut at record boundaries into three stretches, and each stretch is written as the
 segment file ``<start as 16 hex digits>.seg`` (docs/spec.md 3.8) by
-``tracelock.storage.sealed.encode_segment``, with frames of 4096 bytes so that a segment has
+``tracelock.storage.directory.sealed.encode_segment``, with frames of 4096 bytes so that a segment has
 several, beside ``<start>.journal``, the journal's bytes of that range. ``bad/<case>/`` holds
 segments damaged on purpose, each with the check a reader must fail it on.
 
@@ -36,7 +36,7 @@ from generated_files import generator_main  # noqa: E402
 
 from tracelock.evidence.redaction import redact  # noqa: E402
 from tracelock.storage.directory import DirectoryStore  # noqa: E402
-from tracelock.storage.sealed import encode_segment, segment_name  # noqa: E402
+from tracelock.storage.directory.sealed import encode_segment, segment_name  # noqa: E402
 
 #: Journal bytes per frame in the golden segments (the store's default is 64 KiB).
 FRAME_BYTES = 4096

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tracelock.storage.disk_usage import allocated_bytes
+from tracelock.storage.directory.disk_usage import allocated_bytes
 
 #: Set by the harness to run a DBOS test with the application version pinned in its config
 #: (rather than computed from the workflows' source, DBOS's default).

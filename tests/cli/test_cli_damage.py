@@ -23,8 +23,8 @@ from click.testing import CliRunner, Result
 
 from tracelock import Runtime
 from tracelock.cli.main import cli
-from tracelock.storage.fileio import OS_FILES
-from tracelock.storage.synced_mark import SyncedMark
+from tracelock.storage.directory.fileio import OS_FILES
+from tracelock.storage.directory.synced_mark import SyncedMark
 
 RUNS = 8
 LAST = f"r{RUNS - 1}"

@@ -24,7 +24,7 @@ from tracelock.evidence.verify import BundleReport, PinnedKey, verify_bundle
 from tracelock.examples import support
 from tracelock.runtime.runtime import Runtime
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.synced_mark import MARK_FILE, encode_mark
+from tracelock.storage.directory.synced_mark import MARK_FILE, encode_mark
 
 ORIGIN = "example.com/tracelock-test"
 #: RFC 8032 section 7.1 TEST 1 secret: the "real" log key of the tests.

@@ -23,7 +23,7 @@ from tracelock.evidence.history import (
     SigningKey,
 )
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.merkle_tree import MerkleTreeTamperedError
+from tracelock.storage.errors import MerkleTreeTamperedError
 
 
 def invoke(*args: str | Path) -> Result:

@@ -22,8 +22,8 @@ from tracelock.runtime.queue import Worker
 from tracelock.runtime.queue.backends import queue_for
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
+from tracelock.storage.directory.queue import QUEUE_FILE
 from tracelock.storage.postgres.queue import QUEUE_MIGRATIONS
-from tracelock.storage.queue_dir import QUEUE_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 

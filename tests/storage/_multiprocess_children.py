@@ -97,7 +97,7 @@ def torn(store_path: str, run: str) -> None:
     import os
 
     from tracelock.storage.directory import DirectoryStore
-    from tracelock.storage.journal_file import data_end
+    from tracelock.storage.directory.journal import data_end
 
     store = DirectoryStore(store_path)
     first = store.append(run, "run.start", payload={"input": run}, meta={"status": "running"})

@@ -1,4 +1,4 @@
-"""A simulated disk for the journal's file I/O (``tracelock.storage.fileio.FileIO``).
+"""A simulated disk for the journal's file I/O (``tracelock.storage.directory.fileio.FileIO``).
 
 Each file keeps its durable image (what survives a power cut) apart from what the process
 sees (every write applied), and the 512-byte sectors written since the last sync. A power
@@ -100,7 +100,7 @@ class SimFile:
 
 
 class SimHandle:
-    """A :class:`tracelock.storage.fileio.JournalFile` on the simulated disk."""
+    """A :class:`tracelock.storage.directory.fileio.JournalFile` on the simulated disk."""
 
     def __init__(self, file: SimFile, writable: bool) -> None:
         self._file = file
@@ -144,7 +144,7 @@ class SimHandle:
 
 
 class SimDisk:
-    """A :class:`tracelock.storage.fileio.FileIO` whose files live in memory."""
+    """A :class:`tracelock.storage.directory.fileio.FileIO` whose files live in memory."""
 
     def __init__(self) -> None:
         self.files: dict[Path, SimFile] = {}

@@ -19,6 +19,8 @@ from tracelock import merkle
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, encode_entry
 from tracelock.storage.backend import NewEntry
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.journal import PAYLOAD, Record, scan_records
+from tracelock.storage.directory.synced_mark import encode_mark
 from tracelock.storage.errors import (
     DurabilityError,
     JournalCorruptError,
@@ -32,8 +34,6 @@ from tracelock.storage.errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
-from tracelock.storage.journal_file import PAYLOAD, Record, scan_records
-from tracelock.storage.synced_mark import encode_mark
 from tracelock.storage.verify import verify_run, verify_store
 
 
@@ -438,7 +438,7 @@ def test_payloads_stored_before_opening_or_evicted_are_still_found(
 ) -> None:
     """A fresh store answers payload look-ups from its cache alone; once the cache has
     evicted, or for payloads stored before the store was opened, the index answers."""
-    monkeypatch.setattr("tracelock.storage.directory._PAYLOAD_CACHE", 4)
+    monkeypatch.setattr("tracelock.storage.directory.store._PAYLOAD_CACHE", 4)
     with DirectoryStore(store_dir) as store:
         first = [store.append(f"r{n}", "effect", payload={"n": n}) for n in range(10)]
         # "n": 0 was evicted from the cache: appending it again must not store it twice.

@@ -12,8 +12,8 @@ import pytest
 
 from tests.storage.storage_helpers import record_run
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.journal import data_end
 from tracelock.storage.errors import JournalCorruptError
-from tracelock.storage.journal_file import data_end
 from tracelock.storage.verify import verify_store
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.cli.main import cli
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.synced_mark import MARK_FILE, encode_mark
 from tracelock.storage.errors import IndexTamperedError
-from tracelock.storage.synced_mark import MARK_FILE, encode_mark
 
 _LOCATION = struct.Struct("<QI")
 CODE = "STORE_INDEX_TAMPERED"

@@ -30,8 +30,8 @@ from tracelock.runtime.runtime import Runtime
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.backend import NewEntry
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.synced_mark import MARK_FILE, SyncedMark, encode_mark
 from tracelock.storage.errors import DurabilityError, JournalCorruptError, StoreClosedError
-from tracelock.storage.synced_mark import MARK_FILE, SyncedMark, encode_mark
 from tracelock.storage.verify import verify_store
 
 POLICY = {"version": 1, "tools": [{"name": "lookup"}, {"name": "pay"}]}

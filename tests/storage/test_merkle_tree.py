@@ -12,13 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracelock import merkle as M
-from tracelock.storage.merkle_tree import (
-    CHUNK_SIZE,
-    MerkleLeafError,
-    MerkleTreeCorruptError,
-    MerkleTreeFile,
-    MerkleTreeStaleError,
-)
+from tracelock.storage.directory.merkle_tree import CHUNK_SIZE, MerkleTreeFile
+from tracelock.storage.errors import MerkleLeafError, MerkleTreeCorruptError, MerkleTreeStaleError
 
 
 class Journal:
@@ -324,7 +319,8 @@ def test_the_streamed_root_equals_the_tree_root_at_every_mark(
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(min_value=16, max_value=300), pick=st.integers(min_value=0))
 def test_the_stream_finds_any_stored_node_that_differs(tmp_path: Path, n: int, pick: int) -> None:
-    from tracelock.storage.merkle_stream import MerkleStream, open_node_files
+    from tracelock.storage.directory.merkle_tree import open_node_files
+    from tracelock.storage.merkle_stream import MerkleStream
 
     source = Journal(n, seed=n)
     directory = tmp_path / f"tree-{n}-{pick}"

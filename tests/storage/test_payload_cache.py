@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tracelock.storage import directory
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.payload_cache import PayloadCache
+from tracelock.storage.directory import store as directory_store
+from tracelock.storage.directory.payload_cache import PayloadCache
 from tracelock.storage.verify import verify_store
 
 
@@ -43,7 +43,7 @@ def test_a_hit_in_the_old_generation_keeps_the_location() -> None:
 def test_a_store_whose_cache_dropped_a_payload_stores_it_once_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(directory, "_PAYLOAD_CACHE", 8)
+    monkeypatch.setattr(directory_store, "_PAYLOAD_CACHE", 8)
     with DirectoryStore(tmp_path / "store") as store:
         for number in range(40):
             store.append(f"r{number}", "effect", payload={"n": number})

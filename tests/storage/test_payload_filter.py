@@ -3,7 +3,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-from tracelock.storage.seen import PayloadFilter
+from tracelock.storage.directory.payload_filter import PayloadFilter
 
 
 def test_no_false_negatives_and_few_false_positives() -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.fileio import OS_FILES, JournalFile
 from tracelock.storage.errors import IndexTamperedError
-from tracelock.storage.fileio import OS_FILES, JournalFile
 
 _LOCATION = struct.Struct("<QI")
 

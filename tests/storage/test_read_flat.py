@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.storage.storage_helpers import TickClock
 from tracelock.runtime.records import load_run
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.fileio import OS_FILES, JournalFile
+from tracelock.storage.directory.fileio import OS_FILES, JournalFile
 
 
 class _CountingFile:

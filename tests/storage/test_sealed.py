@@ -27,12 +27,10 @@ import pytest
 
 from tests.storage.storage_helpers import TickClock
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
-from tracelock.storage import sealed
 from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
-from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.errors import PayloadRedactedError, SegmentCorruptError
-from tracelock.storage.journal_file import data_end
-from tracelock.storage.sealed import (
+from tracelock.storage.directory import DirectoryStore, sealed
+from tracelock.storage.directory.journal import data_end
+from tracelock.storage.directory.sealed import (
     FRAME_BYTES,
     SEALED_DIR,
     decode_segment,
@@ -40,6 +38,7 @@ from tracelock.storage.sealed import (
     open_journal,
     segment_name,
 )
+from tracelock.storage.errors import PayloadRedactedError, SegmentCorruptError
 from tracelock.storage.verify import verify_store
 
 REPO = Path(__file__).resolve().parents[2]

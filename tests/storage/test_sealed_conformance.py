@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import zstandard
 
+from tracelock.storage.directory.sealed import decode_segment, encode_segment, open_journal
 from tracelock.storage.errors import JournalCorruptError
-from tracelock.storage.sealed import decode_segment, encode_segment, open_journal
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 GOLDEN = CONFORMANCE / "sealed"

@@ -34,7 +34,7 @@ from tracelock.core.entry import (
 from tracelock.errors import CanonicalError
 from tracelock.storage import verify
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.journal_file import ENTRY, PAYLOAD, REDACTED, data_end, scan_records
+from tracelock.storage.directory.journal import ENTRY, PAYLOAD, REDACTED, data_end, scan_records
 from tracelock.storage.verify import verify_store
 
 # ok, issue code, issue seq, entries accepted, whether an incomplete tail was noted

@@ -28,8 +28,8 @@ from tracelock.evidence.keys import PrivateKey, load_private_key
 from tracelock.evidence.note import NoteSigner, NoteVerifier, parse_note
 from tracelock.storage.backend import Store
 from tracelock.storage.checkpoint_records import CHECKPOINT_DIR, CheckpointRecords, recorded_keys
+from tracelock.storage.errors import MerkleTreeTamperedError
 from tracelock.storage.merkle_stream import MerkleStream, StoredNodes
-from tracelock.storage.merkle_tree import MerkleTreeTamperedError
 from tracelock.storage.open import checkpoint_records_at
 from tracelock.storage.verify import verify_store
 

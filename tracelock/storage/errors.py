@@ -8,6 +8,11 @@ __all__ = [
     "DurabilityError",
     "IndexTamperedError",
     "JournalCorruptError",
+    "MerkleLeafError",
+    "MerkleTreeCorruptError",
+    "MerkleTreeError",
+    "MerkleTreeStaleError",
+    "MerkleTreeTamperedError",
     "PayloadMissingError",
     "PayloadRedactedError",
     "RunNotFoundError",
@@ -163,3 +168,36 @@ class StoreNotEmptyError(StoreError):
     """The destination of ``tracelock store copy`` already holds entries: a copy never merges."""
 
     code = "STORE_NOT_EMPTY"
+
+
+class MerkleTreeError(StoreError):
+    """Base of the Merkle node file errors."""
+
+    code = "STORE_MERKLE_ERROR"
+
+
+class MerkleTreeCorruptError(MerkleTreeError):
+    """The Merkle node files are torn, inconsistent or unreadable; rebuild them from the journal."""
+
+    code = "STORE_MERKLE_CORRUPT"
+
+
+class MerkleTreeStaleError(MerkleTreeError):
+    """The Merkle node files describe a tree of another size than the journal's."""
+
+    code = "STORE_MERKLE_STALE"
+
+
+class MerkleTreeTamperedError(MerkleTreeError):
+    """The Merkle node files are well formed but hold a node that differs from the one the
+    journal gives: they were altered. Reported, never rebuilt silently (delete the
+    ``merkle`` directory to have it rebuilt from the journal)."""
+
+    code = "STORE_MERKLE_TAMPERED"
+
+
+class MerkleLeafError(MerkleTreeError, ValueError):
+    """A leaf hash given to the tree (appended, or returned by the leaf source) is not a
+    32-byte hash, or the leaf source returned the wrong number of hashes."""
+
+    code = "STORE_MERKLE_BAD_LEAF"

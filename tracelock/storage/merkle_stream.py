@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from tracelock.core.merkle import EMPTY_ROOT, HASH_SIZE
-from tracelock.storage.merkle_tree import CHUNK_LEVEL, MerkleTreeCorruptError, MerkleTreeFile
 
-__all__ = ["CacheMismatch", "MerkleStream", "StoredNodes", "open_node_files"]
+__all__ = ["CHUNK_LEVEL", "CacheMismatch", "MerkleStream", "StoredNodes"]
+
+#: Lowest level whose nodes a store keeps (both backends): subtrees of ``2**CHUNK_LEVEL`` leaves.
+CHUNK_LEVEL = 4
 
 _NODE_PREFIX = b"\x01"
 # Stored nodes read per level file access while comparing.
@@ -28,7 +29,7 @@ _NODE_BATCH = 4096
 
 class StoredNodes(Protocol):
     """Stored Merkle nodes to compare: the directory store's node files
-    (:class:`MerkleTreeFile`) or PostgreSQL's node table."""
+    (``storage/directory/merkle_tree.py``) or PostgreSQL's node table."""
 
     def stored_levels(self) -> list[int]: ...
 
@@ -144,21 +145,3 @@ class MerkleStream:
         for node in reversed(stack[:-1]):
             acc = hashlib.sha256(_NODE_PREFIX + node + acc).digest()
         return acc
-
-
-def _no_leaves(start: int, end: int) -> list[bytes]:
-    raise MerkleTreeCorruptError("node files opened for comparison are read, never grown")
-
-
-def open_node_files(directory: Path) -> tuple[MerkleTreeFile | None, str | None]:
-    """The node files under ``directory`` opened for reading their stored nodes (to give
-    :class:`MerkleStream` as ``cache``), or None and why they cannot be compared: absent
-    (None, None), or torn or damaged (None, the reason; rebuilt by the next Merkle query,
-    they hold nothing to compare)."""
-    if not directory.is_dir():
-        return None, None
-    tree = MerkleTreeFile(directory, _no_leaves)
-    if tree.problem is not None:
-        tree.close()
-        return None, tree.problem.message
-    return tree, None

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tracelock.storage.checkpoint_records import CheckpointRecords
-from tracelock.storage.checkpoints_dir import DirectoryCheckpoints
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.checkpoints import DirectoryCheckpoints
 from tracelock.storage.errors import StoreFormatError
 from tracelock.storage.postgres.location import is_postgres_location, redact_location
 

@@ -15,7 +15,7 @@ handle's fence book (``store.ownership().fences``), and every append of such a r
 refused with ``RUN_LEASE_LOST`` once the lease row no longer carries the worker's token.
 
 The backends: :mod:`tracelock.storage.postgres.queue` (``FOR UPDATE SKIP LOCKED``, woken by
-``LISTEN/NOTIFY``) and :mod:`tracelock.storage.queue_dir` (SQLite beside the journal).
+``LISTEN/NOTIFY``) and :mod:`tracelock.storage.directory.queue` (SQLite beside the journal).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What a batch of appended entries changes in each run's row: both backends keep one row
-per run (status, agent, parent, first and last entry, count) and update it once per batch."""
+"""Run rows, as both backends keep them: one row per run (status, agent, parent, first and
+last entry, count), what a batch of appended entries changes in each (updated once per
+batch), and how a stored row differs from the row the journal gives (store verification)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ from collections.abc import Sequence
 
 from tracelock.core.entry import Entry
 
-__all__ = ["RunFold", "fold_runs"]
+__all__ = ["RUN_ROW_COLUMNS", "RunFold", "RunRow", "fold_runs", "row_difference"]
+
+#: Every column a run row states about the journal, in the order of :data:`RunRow`.
+RUN_ROW_COLUMNS = (
+    "run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, entries, last_hash, closed"
+)
+
+#: A whole run row: (run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq,
+#: entries, last_hash, closed).
+RunRow = tuple[str, str | None, str | None, str, int, int, int, int, int, str, int]
+
+_ROW_NAMES = RUN_ROW_COLUMNS.split(", ")
 
 
 class RunFold:
@@ -42,7 +54,7 @@ def fold_runs(
 ) -> dict[str, RunFold]:
     """Fold ``entries`` (in append order) per run; ``locations[k]`` belongs to ``entries[k]``,
     and so does ``payloads[k]``, the code of its payload's location and what the code leaves
-    out (``tracelock.storage.index.payload_code``)."""
+    out (``tracelock.storage.directory.index.payload_code``)."""
     batch: dict[str, RunFold] = {}
     for k, entry in enumerate(entries):
         fold = batch.get(entry.run)
@@ -67,3 +79,13 @@ def fold_runs(
                 if isinstance(agent, str):
                     fold.agent = agent
     return batch
+
+
+def row_difference(stated: RunRow, actual: RunRow) -> str | None:
+    """What a run row states that differs from the row the journal gives, or None."""
+    wrong = [
+        f"{name} {said!r} (journal: {true!r})"
+        for name, said, true in zip(_ROW_NAMES, stated, actual, strict=True)
+        if (bool(said) != bool(true) if name == "closed" else said != true)
+    ]
+    return f"its row for run {actual[0]} states " + ", ".join(wrong) if wrong else None

@@ -39,17 +39,14 @@ from tracelock.core.steps import STEP_KINDS, RunSteps, StepChecker, opens_run, s
 from tracelock.errors import CanonicalError, StoreError
 from tracelock.storage.backend import Store
 from tracelock.storage.directory import DirectoryStore
-from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
-from tracelock.storage.fileio import OS_FILES
-from tracelock.storage.index import (
+from tracelock.storage.directory.fileio import OS_FILES
+from tracelock.storage.directory.index import (
     LOCATION,
     Index,
     IndexedPayload,
-    RunRow,
     payload_code,
-    row_difference,
 )
-from tracelock.storage.journal_file import (
+from tracelock.storage.directory.journal import (
     ENTRY,
     PAYLOAD,
     REDACTED,
@@ -57,9 +54,11 @@ from tracelock.storage.journal_file import (
     classify,
     data_end,
 )
+from tracelock.storage.directory.sealed import SealedJournal, open_journal
+from tracelock.storage.directory.synced_mark import MARK_FILE, SyncedMark
+from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
 from tracelock.storage.merkle_stream import MerkleStream
-from tracelock.storage.sealed import SealedJournal, open_journal
-from tracelock.storage.synced_mark import MARK_FILE, SyncedMark
+from tracelock.storage.run_fold import RunRow, row_difference
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()

@@ -44,8 +44,8 @@ from tracelock.core.entry import (
 from tracelock.core.merkle import leaf_hash
 from tracelock.core.steps import STEP_KINDS, StepChecker
 from tracelock.errors import StoreError
-from tracelock.storage.index import RunRow, row_difference
 from tracelock.storage.merkle_stream import MerkleStream
+from tracelock.storage.run_fold import RunRow, row_difference
 from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport, claimed_position
 
 if TYPE_CHECKING:

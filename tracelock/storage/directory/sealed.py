@@ -45,9 +45,9 @@ from pathlib import Path
 
 import zstandard
 
+from tracelock.storage.directory.fileio import JournalFile, OSFile
+from tracelock.storage.directory.files import fsync_dir
 from tracelock.storage.errors import SegmentCorruptError
-from tracelock.storage.fileio import JournalFile, OSFile
-from tracelock.storage.files import fsync_dir
 
 __all__ = [
     "FRAME_BYTES",
@@ -256,7 +256,7 @@ def _contiguous_end(segments: list[Segment]) -> int:
 
 class SealedJournal:
     """The journal as one sequence of bytes: segments below the sealed end, ``journal.log``
-    from there on. A :class:`~tracelock.storage.fileio.JournalFile`: writes below the sealed
+    from there on. A :class:`~tracelock.storage.directory.fileio.JournalFile`: writes below the sealed
     end (a redaction) rewrite the segment that holds them."""
 
     def __init__(self, file: OSFile, directory: Path) -> None:

@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tracelock.storage.directory.fileio import JournalFile, OSFile
+from tracelock.storage.directory.sealed import SealedJournal
+from tracelock.storage.directory.synced_mark import SyncedMark
 from tracelock.storage.errors import DurabilityError, StoreClosedError, StoreError, StoreFullError
-from tracelock.storage.fileio import JournalFile, OSFile
-from tracelock.storage.sealed import SealedJournal
-from tracelock.storage.synced_mark import SyncedMark
 
 __all__ = ["ENTRY", "PAYLOAD", "REDACTED", "GroupCommitLog", "Record", "data_end", "scan_records"]
 

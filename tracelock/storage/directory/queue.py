@@ -6,7 +6,7 @@ Lease expiry is measured on the injected clock (one machine, one clock). A worke
 for work with backoff; it wakes early when SQLite's ``data_version`` says another process
 committed to the queue.
 
-The ``leases`` table is the store's run ownership (:mod:`tracelock.storage.ownership_dir`,
+The ``leases`` table is the store's run ownership (:mod:`tracelock.storage.directory.ownership`,
 which fences the appends): a worker's lease is the run's lease. A take-over of an expired
 lease changes the token while holding the store's writer lock (``flock`` on
 ``<store>/lock``), so an append either finished before the take-over (and the new holder
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from tracelock.storage.defaults import wall_clock_ms
+from tracelock.storage.directory.lease_epoch import bump_epoch
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.failures import sqlite_error
-from tracelock.storage.lease_epoch import bump_epoch
 from tracelock.storage.queue_backend import (
     ITEM_COLUMNS,
     ITEM_WIDTH,
@@ -204,7 +204,7 @@ class DirectoryQueue:
     def _writer_lock(self) -> Iterator[None]:
         """The store's writer lock (its own descriptor): a take-over holds it, so that it is
         ordered with every fenced append of every process, and moves the take-over epoch
-        (:mod:`tracelock.storage.lease_epoch`) before it lets go."""
+        (:mod:`tracelock.storage.directory.lease_epoch`) before it lets go."""
         fd = os.open(self._dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -24,7 +24,7 @@ from typing import Any
 
 from tracelock.core.canonical import dumps, loads
 from tracelock.storage.checkpoint_records import CHECKPOINT_DIR, Summaries, recorded_keys
-from tracelock.storage.files import write_durably
+from tracelock.storage.directory.files import write_durably
 
 __all__ = ["INDEX_FILE", "DirectoryCheckpoints"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from tracelock.storage.fileio import FileIO, JournalFile
+from tracelock.storage.directory.fileio import FileIO, JournalFile
 
 __all__ = ["MARK_FILE", "SyncedMark", "encode_mark"]
 

@@ -39,7 +39,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Self
 
 from tracelock.core.merkle import (
     EMPTY_ROOT,
@@ -51,22 +51,15 @@ from tracelock.core.merkle import (
     node_hash,
     subtree_root,
 )
-from tracelock.errors import StoreError
+from tracelock.storage.errors import (
+    MerkleLeafError,
+    MerkleTreeCorruptError,
+    MerkleTreeStaleError,
+)
+from tracelock.storage.merkle_stream import CHUNK_LEVEL
 
-__all__ = [
-    "CHUNK_LEVEL",
-    "CHUNK_SIZE",
-    "LeafHashSource",
-    "MerkleLeafError",
-    "MerkleTreeCorruptError",
-    "MerkleTreeError",
-    "MerkleTreeFile",
-    "MerkleTreeStaleError",
-    "MerkleTreeTamperedError",
-]
+__all__ = ["CHUNK_SIZE", "LeafHashSource", "MerkleTreeFile", "open_node_files"]
 
-#: Lowest level whose nodes are stored: subtrees of ``2**CHUNK_LEVEL`` leaves.
-CHUNK_LEVEL = 4
 #: Leaves per chunk; the hashes below the stored levels come from one chunk.
 CHUNK_SIZE = 1 << CHUNK_LEVEL
 
@@ -79,39 +72,6 @@ _HEAD = struct.Struct(">8sIIQ32s")
 _HEAD_NAME = "head"
 _DIGEST_DOMAIN = b"tracelock merkle head v1"
 _REBUILD_FLUSH_EVERY = 1 << 20  # leaves
-
-
-class MerkleTreeError(StoreError):
-    """Base of the Merkle node file errors."""
-
-    code: ClassVar[str] = "STORE_MERKLE_ERROR"
-
-
-class MerkleTreeCorruptError(MerkleTreeError):
-    """The Merkle node files are torn, inconsistent or unreadable; rebuild them from the journal."""
-
-    code: ClassVar[str] = "STORE_MERKLE_CORRUPT"
-
-
-class MerkleTreeStaleError(MerkleTreeError):
-    """The Merkle node files describe a tree of another size than the journal's."""
-
-    code: ClassVar[str] = "STORE_MERKLE_STALE"
-
-
-class MerkleTreeTamperedError(MerkleTreeError):
-    """The Merkle node files are well formed but hold a node that differs from the one the
-    journal gives: they were altered. Reported, never rebuilt silently (delete the
-    ``merkle`` directory to have it rebuilt from the journal)."""
-
-    code: ClassVar[str] = "STORE_MERKLE_TAMPERED"
-
-
-class MerkleLeafError(MerkleTreeError, ValueError):
-    """A leaf hash given to the tree (appended, or returned by the leaf source) is not a
-    32-byte hash, or the leaf source returned the wrong number of hashes."""
-
-    code: ClassVar[str] = "STORE_MERKLE_BAD_LEAF"
 
 
 def _level_name(level: int) -> str:
@@ -542,3 +502,21 @@ class MerkleTreeFile:
     def __repr__(self) -> str:
         state = "corrupt" if self._problem is not None else f"size={self._size}"
         return f"MerkleTreeFile({str(self._dir)!r}, {state})"
+
+
+def _no_leaves(start: int, end: int) -> list[bytes]:
+    raise MerkleTreeCorruptError("node files opened for comparison are read, never grown")
+
+
+def open_node_files(directory: Path) -> tuple[MerkleTreeFile | None, str | None]:
+    """The node files under ``directory`` opened for reading their stored nodes (to give
+    :class:`MerkleStream` as ``cache``), or None and why they cannot be compared: absent
+    (None, None), or torn or damaged (None, the reason; rebuilt by the next Merkle query,
+    they hold nothing to compare)."""
+    if not directory.is_dir():
+        return None, None
+    tree = MerkleTreeFile(directory, _no_leaves)
+    if tree.problem is not None:
+        tree.close()
+        return None, tree.problem.message
+    return tree, None

@@ -40,18 +40,15 @@ from typing import Any
 
 from tracelock.core.entry import TERMINAL_KINDS, Entry
 from tracelock.storage.backend import RunInfo
-from tracelock.storage.run_fold import fold_runs
+from tracelock.storage.run_fold import RUN_ROW_COLUMNS, RunRow, fold_runs
 
 __all__ = [
     "LOCATION",
-    "RUN_ROW_COLUMNS",
     "SCHEMA_VERSION",
     "Index",
     "IndexedPayload",
-    "RunRow",
     "payload_code",
     "payload_spots",
-    "row_difference",
 ]
 
 #: 3: ``run_spans.payloads`` as an (offset, length) per entry with a payload; 4: as codes
@@ -157,16 +154,6 @@ _hash_of = operator.itemgetter(0)
 
 #: The columns of a run row, in the order of :class:`RunInfo`'s fields.
 _RUN_INFO_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
-
-#: Every column a run row states about the journal, in the order of :data:`RunRow`.
-RUN_ROW_COLUMNS = (
-    "run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq, entries, last_hash, closed"
-)
-
-#: A whole run row: (run, agent, parent, status, started_ts, updated_ts, first_seq, last_seq,
-#: entries, last_hash, closed).
-RunRow = tuple[str, str | None, str | None, str, int, int, int, int, int, str, int]
-
 
 #: A payload record's row: (SHA-256 digest, offset of the record, its length without the
 #: newline). A plain tuple: the append path builds one per new payload.
@@ -617,13 +604,3 @@ _ROW_AND_SPANS = (
     "SELECT " + ", ".join(f"r.{name}" for name in _ROW_NAMES) + ", s.locations, s.payloads FROM runs r "
     "LEFT JOIN run_spans s ON s.run_id = r.id WHERE r.run = ? ORDER BY s.first_seq"
 )
-
-
-def row_difference(stated: RunRow, actual: RunRow) -> str | None:
-    """What a run row states that differs from the row the journal gives, or None."""
-    wrong = [
-        f"{name} {said!r} (journal: {true!r})"
-        for name, said, true in zip(_ROW_NAMES, stated, actual, strict=True)
-        if (bool(said) != bool(true) if name == "closed" else said != true)
-    ]
-    return f"its row for run {actual[0]} states " + ", ".join(wrong) if wrong else None

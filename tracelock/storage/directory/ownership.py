@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from tracelock.errors import StoreError
+from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
+from tracelock.storage.directory.queue import QUEUE_FILE, open_queue_db
 from tracelock.storage.failures import sqlite_error
-from tracelock.storage.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
 from tracelock.storage.ownership import FenceBook, LeaseHolder, Presence, RunLease, lost
 from tracelock.storage.queue_backend import QueueError
-from tracelock.storage.queue_dir import QUEUE_FILE, open_queue_db
 
 __all__ = ["DirectoryOwnership"]
 

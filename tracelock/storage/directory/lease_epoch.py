@@ -2,7 +2,7 @@
 counter that every change of hands of a live or expired run lease (a take-over, a queue
 worker's hand-back) increments under the store's writer lock. A fence that found its
 handle's tokens current at epoch ``e`` knows they still are while the epoch reads ``e``
-(:mod:`tracelock.storage.ownership_dir`)."""
+(:mod:`tracelock.storage.directory.ownership`)."""
 
 from __future__ import annotations
 
