@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tracelock.cli.describe import Describer
+from tracelock.core.canonical import Encoded
 from tracelock.core.entry import ADMIN_RUN, Entry
 from tracelock.storage.backend import NO_PAYLOAD, Store
 
@@ -47,5 +48,7 @@ class TimelineStore:
         if entry.run == ADMIN_RUN:
             return
         with self._lock:
+            if type(payload) is Encoded:  # a document the journal serialized already
+                payload = payload.value
             summary = self._describer(entry, None if payload is NO_PAYLOAD else payload)
             click.echo(f"{entry.i:>4}  {summary}", err=True)

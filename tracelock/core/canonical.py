@@ -26,6 +26,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Mapping
 from functools import partial
 from itertools import chain, compress
 from operator import is_
@@ -48,6 +49,8 @@ __all__ = [
     "CanonicalMalformed",
     "CanonicalInvalidUtf8",
     "dumps",
+    "dumps_with",
+    "Encoded",
     "loads",
     "format_number",
     "MAX_SAFE_INTEGER",
@@ -427,7 +430,12 @@ def _fast_dumps(value: Any) -> bytes | None:
         out = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
         return None  # the exact path accepts it (a subclass) or raises the precise error
+    return _proven(value, out)
 
+
+def _proven(value: Any, out: bytes) -> bytes | None:
+    """The checks of :func:`_fast_dumps` on orjson's output ``out`` for ``value``: ``out``
+    (repaired) when they prove it canonical, else ``None``."""
     # Check 1: look at the type of every node, breadth first, one level at a time.
     # gc.get_referents(*objects) returns, in one C call, the values of every dict (and its
     # keys too when some key is not an exact str; orjson refused those), the items of every
@@ -583,6 +591,83 @@ def dumps(value: Any) -> bytes:
         if out is not None:
             return out
     return _exact_dumps(value)
+
+
+class Encoded:
+    """A JSON value together with its canonical bytes (``data == dumps(value)``), made where
+    the value was serialized, so that a later writer (a journal append) takes the bytes
+    instead of serializing the value again. It is a carrier, not a JSON value: ``dumps``
+    refuses it."""
+
+    __slots__ = ("data", "value")
+
+    def __init__(self, value: Any, data: bytes) -> None:
+        self.value = value
+        self.data = data
+
+
+def dumps_with(value: dict[str, Any], known: Mapping[str, bytes]) -> bytes:
+    """``dumps(value)`` for an object some of whose members are serialized already:
+    ``known[key]`` is ``dumps(value[key])`` for some keys of ``value``. Those bytes are
+    written as they are; only the other members are serialized (a step's effect document
+    around its arguments and result, each serialized once, when the step made them)."""
+    if not known or type(value) is not dict:
+        return dumps(value)
+    if not known.keys() <= value.keys():
+        raise ValueError(f"known members {sorted(set(known) - set(value))} are not in the object")
+    for key, data in known.items():
+        # A member nesting MAX_DEPTH containers makes the object too deep, and a key beyond
+        # ASCII could sort differently in UTF-16: dumps itself settles those rare objects.
+        if not key.isascii() or data.count(b"[") + data.count(b"{") >= MAX_DEPTH:
+            return dumps(value)
+    rest = {key: item for key, item in value.items() if key not in known}
+    if _FAST_PATH_AVAILABLE:
+        # orjson writes the known members' bytes verbatim (Fragment) in key order; the
+        # checks of the fast path then look at the other members only. They hold with the
+        # fragments in the output: a fragment is canonical, so no float token in it is one
+        # that check 2 would rewrite (such a token is not the canonical text of its value),
+        # and a look-alike inside one of its strings makes check 2 decline.
+        try:
+            out = orjson.dumps(
+                {**rest, **{key: orjson.Fragment(data) for key, data in known.items()}},
+                option=_ORJSON_OPTIONS,
+            )
+        except orjson.JSONEncodeError:
+            pass
+        else:
+            proven = _proven(rest, out)
+            if proven is not None:
+                return proven
+    return _spliced(value, rest, known)
+
+
+def _spliced(value: dict[str, Any], rest: dict[str, Any], known: Mapping[str, bytes]) -> bytes:
+    """:func:`dumps_with` by the exact path: the object's members in canonical order, the
+    unknown ones serialized in runs between the known ones (a run's members keep their
+    order and text inside the whole object)."""
+    if any(type(key) is not str for key in value):
+        return dumps(value)  # raises, or serializes an object of str subclasses as dumps does
+    parts: list[bytes] = []
+    run: dict[str, Any] = {}
+    try:
+        for key in sorted(value, key=_utf16_key):
+            data = known.get(key)
+            if data is None:
+                run[key] = rest[key]
+                continue
+            if run:
+                parts.append(dumps(run)[1:-1])
+                run = {}
+            parts.append(dumps(key) + b":" + data)
+        if run:
+            parts.append(dumps(run)[1:-1])
+    except CanonicalError:
+        return dumps(value)  # raises the error dumps raises, with its pointer
+    return b"{" + b",".join(parts) + b"}"
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 # --------------------------------------------------------------------------------------

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import threading
 import traceback as traceback_module
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from tracelock.core.canonical import Encoded, dumps_with
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.errors import StoreError
 from tracelock.storage.backend import NO_PAYLOAD, Store
@@ -64,6 +66,17 @@ def audit_traceback(exc: BaseException) -> str:
 def _compact(doc: dict[str, Any]) -> dict[str, Any]:
     """An effect document without its null members (absent and null mean the same)."""
     return {key: value for key, value in doc.items() if value is not None}
+
+
+def _encoded(doc: dict[str, Any], known: Mapping[str, bytes] | None) -> Any:
+    """The payload of an effect document (compacted) whose members in ``known`` the step
+    serialized already (its arguments and result: ``known[key] == dumps(doc[key])``): the
+    document with its canonical bytes, those members' bytes written as they are."""
+    compact = _compact(doc)
+    if not known:
+        return compact
+    present = {key: data for key, data in known.items() if key in compact}
+    return Encoded(compact, dumps_with(compact, present)) if present else compact
 
 
 _NULLABLE = ("args", "result", "code", "phase", "error", "timeout_ms")
@@ -342,18 +355,20 @@ class RunJournal:
         # The runtime gives every run a fresh id (generated, or checked when it was chosen).
         return self._hold(START, doc, meta=meta, new_run=True)
 
-    def effect(self, doc: dict[str, Any]) -> None:
-        self._hold(EFFECT, _compact(doc))
+    # ``known``: canonical bytes of members the step serialized already (``args``,
+    # ``result``), written into the payload as they are instead of serialized again.
+    def effect(self, doc: dict[str, Any], known: Mapping[str, bytes] | None = None) -> None:
+        self._hold(EFFECT, _encoded(doc, known))
 
-    def intent(self, doc: dict[str, Any]) -> Entry:
-        return self._append(INTENT, _compact(doc), durable=True)
+    def intent(self, doc: dict[str, Any], known: Mapping[str, bytes] | None = None) -> Entry:
+        return self._append(INTENT, _encoded(doc, known), durable=True)
 
-    def result(self, doc: dict[str, Any], *, irreversible: bool) -> Entry:
+    def result(self, doc: dict[str, Any], *, irreversible: bool, known: Mapping[str, bytes] | None = None) -> Entry:
         """An effect's result. An irreversible one is written at once and becomes durable at
         the next sync point (:meth:`settle`, a state, the end), not here: until then only
         this process has seen it, and a crash before it leaves the intent without a result,
         which recovery never executes again."""
-        entry = self._append(RESULT, _compact(doc), durable=False)
+        entry = self._append(RESULT, _encoded(doc, known), durable=False)
         if irreversible and not self.strict:
             with self._owed_lock:
                 self._owed = entry.seq if self._owed is None else max(self._owed, entry.seq)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from tracelock.core.canonical import dumps
+from tracelock.core.canonical import Encoded, dumps
 from tracelock.core.entry import Entry
 from tracelock.errors import TracelockError
 from tracelock.storage.checkpoint_records import CheckpointRecords
@@ -64,11 +64,17 @@ class RedactedPayload(NamedTuple):
 
 def stored_payload(payload: Any) -> tuple[bytes, bytes] | None:
     """What a store keeps of an appended payload: its canonical bytes and their SHA-256
-    (empty bytes and the named digest for a :class:`RedactedPayload`); None for
-    :data:`NO_PAYLOAD`. Both backends compute it in the caller's thread, before any lock."""
+    (empty bytes and the named digest for a :class:`RedactedPayload`; the bytes it carries
+    for an :class:`~tracelock.core.canonical.Encoded` document, serialized by the caller);
+    None for :data:`NO_PAYLOAD`. Both backends compute it in the caller's thread, before
+    any lock."""
     if payload is NO_PAYLOAD:
         return None
-    if type(payload) is RedactedPayload:
+    kind = type(payload)
+    if kind is Encoded:
+        data = payload.data
+        return data, hashlib.sha256(data).digest()
+    if kind is RedactedPayload:
         return b"", bytes.fromhex(payload.digest)
     data = dumps(payload)
     return data, hashlib.sha256(data).digest()

@@ -1,8 +1,10 @@
 """HTTP capture at the transport (``docs/integrations.md``).
 
 ``capture(client)`` wraps an ``httpx2`` or ``httpx`` client's transports in place (sync or
-async) and returns it; ``Httpx2Transport``/``AsyncHttpx2Transport`` (and the ``httpx``
-pair) wrap one transport. The client library is imported when one of these is used.
+async) and returns it; ``CaptureTransport`` wraps one transport, for either library, sync
+and async (``Httpx2Transport``, ``AsyncHttpx2Transport``, ``HttpxTransport`` and
+``AsyncHttpxTransport`` are names of the same class). The client library is imported when
+one of these is used.
 """
 
 from __future__ import annotations
@@ -16,17 +18,16 @@ __all__ = [
     "AsyncHttpxTransport",
     "CaptureOutsideRunError",
     "CaptureStreamOpenError",
+    "CaptureTransport",
     "Httpx2Transport",
     "HttpxTransport",
     "capture",
 ]
 
-_LAZY = {
-    "Httpx2Transport": "tracelock.integrations.http.httpx2_transport",
-    "AsyncHttpx2Transport": "tracelock.integrations.http.httpx2_transport",
-    "HttpxTransport": "tracelock.integrations.http.httpx_transport",
-    "AsyncHttpxTransport": "tracelock.integrations.http.httpx_transport",
-}
+#: The capturing transport's names: one class serves both libraries, sync and async.
+_TRANSPORT_NAMES = frozenset(
+    {"CaptureTransport", "Httpx2Transport", "AsyncHttpx2Transport", "HttpxTransport", "AsyncHttpxTransport"}
+)
 
 
 def capture(client: Any, **options: Any) -> Any:
@@ -41,9 +42,8 @@ def capture(client: Any, **options: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _TRANSPORT_NAMES:
         raise AttributeError(name)
-    import importlib
+    from tracelock.integrations.http.transport import CaptureTransport
 
-    return getattr(importlib.import_module(module), name)
+    return CaptureTransport

@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tracelock.core.canonical import CanonicalError, dumps, loads
+from tracelock.core.canonical import CanonicalError, Encoded, dumps, dumps_with, loads
 from tracelock.integrations.http import headers as header_rules
 from tracelock.integrations.http.llm_shapes import answer_of, max_tokens_of, recognise, sse_events
 from tracelock.runtime.outcomes import StepFailure
@@ -35,7 +35,7 @@ from tracelock.runtime.pipeline.codes import HTTP_CONNECT_ERROR, HTTP_TIMEOUT, H
 from tracelock.runtime.pipeline.request import StepRequest
 from tracelock.runtime.policy.policy import Policy
 
-__all__ = ["Options", "StreamRecorder", "asks_for_stream", "is_stream", "make_request", "make_result", "body_of", "chunks_of", "failure_of", "READ_ONLY_METHODS"]
+__all__ = ["Options", "StreamRecorder", "asks_for_stream", "is_stream", "make_request", "make_result", "read_result", "body_of", "chunks_of", "failure_of", "READ_ONLY_METHODS"]
 
 READ_ONLY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -171,16 +171,16 @@ def _result_headers(header_pairs: list[tuple[str, str]], options: Options) -> di
     return header_rules.response_headers(header_pairs, secret=options.secret, keep_encoding=keep_encoding)
 
 
-def asks_for_stream(header_pairs: Iterable[tuple[str, str]], content: bytes) -> bool:
+def asks_for_stream(header_pairs: Iterable[tuple[str, str]], args: dict[str, Any]) -> bool:
     """Whether a request asks for an event stream: its ``accept`` header names
     ``text/event-stream``, or its body is a JSON object with ``"stream": true`` (the LLM
-    APIs). Only such a request's answer is given to the caller while it is read."""
+    APIs). Only such a request's answer is given to the caller while it is read. ``args``
+    are the request's step arguments (:func:`make_request`), whose ``body`` is the body
+    already parsed, when it is JSON."""
     if any(name.lower() == "accept" and "text/event-stream" in value.lower() for name, value in header_pairs):
         return True
-    if b'"stream"' not in content:
-        return False
-    is_json, body = _json(content)
-    return is_json and isinstance(body, dict) and body.get("stream") is True
+    body = args.get("body")
+    return isinstance(body, dict) and body.get("stream") is True
 
 
 def is_stream(header_pairs: list[tuple[str, str]]) -> bool:
@@ -200,6 +200,22 @@ def make_result(
     stream is kept chunk by chunk; an exception while reading a stream ends it, recorded
     as cut off with ``on_error``'s description; one while reading a whole body fails the
     step."""
+    result, _ = read_result(status, header_pairs, raw_chunks, options, api, on_error)
+    document: dict[str, Any] = result.value
+    return document
+
+
+def read_result(
+    status: int,
+    header_pairs: list[tuple[str, str]],
+    raw_chunks: Iterable[bytes],
+    options: Options,
+    api: str | None,
+    on_error: Callable[[Exception], dict[str, Any]],
+) -> tuple[Encoded, bytes | None]:
+    """:func:`make_result`, serialized: the result document with its canonical bytes, and
+    a JSON body's canonical bytes (what the caller reads, as :func:`body_of` gives them),
+    or None. A JSON body is serialized once, for both."""
     if _is_stream(header_pairs):
         recorder = StreamRecorder(status, header_pairs, options, api)
         error: dict[str, Any] | None = None
@@ -208,22 +224,26 @@ def make_result(
                 recorder.feed(raw)
         except Exception as exc:
             error = on_error(exc)
-        return recorder.finish(error)
+        document = recorder.finish(error)
+        return Encoded(document, dumps(document)), None
     decoder = _decoder(header_pairs)
     result: dict[str, Any] = {"status": status, "headers": _result_headers(header_pairs, options)}
     data = b"".join(raw_chunks)
     if decoder is not None:
         data = decoder.decompress(data) + decoder.flush()
     body: Any = None
+    body_canonical: bytes | None = None
     if data:
         is_json, body = _json(data)
         if is_json:
             result["body"] = body
+            body_canonical = dumps(body)
         else:
             result["body_bytes"] = _payload(data)
     if api is not None and 200 <= status < 300:
         result["llm"] = answer_of(api, body, None)
-    return result
+    known = {"body": body_canonical} if body_canonical is not None else {}
+    return Encoded(result, dumps_with(result, known)), body_canonical
 
 
 def _split_events(text: str, chunks: list[str]) -> str:

@@ -1,34 +1,40 @@
-"""``capture(client)``: wrap a client's transports in place."""
+"""``capture(client)``: wrap a client's transports in place.
+
+Neither ``httpx`` 0.28 nor ``httpx2`` 2.x has a public way to read or replace the
+transports of a client already built: ``transport=`` and ``mounts=`` are taken by the
+constructor only, the attributes behind them (``_transport``, ``_mounts``) were made
+private on purpose, and no mount API was added (encode/httpx#977, #1059). Event hooks
+cannot stand in: a request hook cannot answer the request (replay sends nothing). So this
+is the one place that reaches into a client; a client the caller builds takes a
+:class:`CaptureTransport` through the public ``transport=``/``mounts=`` instead."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from tracelock.integrations.http.errors import CaptureClientError
 
 __all__ = ["wrap_client"]
 
-_MODULES = {"httpx2": "tracelock.integrations.http.httpx2_transport", "httpx": "tracelock.integrations.http.httpx_transport"}
+_LIBRARIES = frozenset({"httpx2", "httpx"})
 
 
 def wrap_client(client: Any, **options: Any) -> Any:
     """Replace ``client``'s transport and its mounted ones by capturing transports around
-    them. This reaches into the client (its ``_transport`` and ``_mounts``, the same in
-    httpx 0.28 and httpx2 2.x) so that whatever the client was built with (an SDK's
-    defaults, proxies, an alternative transport) keeps doing the I/O underneath."""
+    them, so that whatever the client was built with (an SDK's defaults, proxies, an
+    alternative transport) keeps doing the I/O underneath."""
     # An SDK's client class (anthropic's DefaultHttpxClient) derives from the library's.
-    libraries = [cls.__module__.split(".")[0] for cls in type(client).__mro__]
-    module_name = next((_MODULES[name] for name in libraries if name in _MODULES), None)
-    if module_name is None or not hasattr(client, "_transport") or not hasattr(client, "_mounts"):
+    libraries = {cls.__module__.split(".")[0] for cls in type(client).__mro__}
+    if not libraries & _LIBRARIES or not hasattr(client, "_transport") or not hasattr(client, "_mounts"):
         raise CaptureClientError(
             f"capture() takes an httpx2 or httpx client, not {type(client).__module__}.{type(client).__qualname__}",
             details={"type": type(client).__qualname__},
         )
-    module = importlib.import_module(module_name)
-    client._transport = module.wrap(client, client._transport, options)
+    from tracelock.integrations.http.transport import CaptureTransport
+
+    client._transport = CaptureTransport(client._transport, **options)
     client._mounts = {
-        pattern: None if transport is None else module.wrap(client, transport, options)
+        pattern: None if transport is None else CaptureTransport(transport, **options)
         for pattern, transport in client._mounts.items()
     }
     return client

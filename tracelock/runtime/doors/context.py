@@ -21,7 +21,7 @@ from typing import Any
 
 from tracelock.runtime.pipeline.phases import now_value
 from tracelock.runtime.pipeline.pipeline import Pipeline
-from tracelock.runtime.pipeline.request import StepRequest, Task, tool_request
+from tracelock.runtime.pipeline.request import StepRequest, Task, tool_kind, tool_request
 from tracelock.runtime.strict.guard import door
 
 __all__ = ["AsyncRunContext", "RunContext", "Task"]
@@ -118,9 +118,10 @@ class RunContext:
 
     @door
     def task(self, tool: str | Callable[..., Any], /, **args: Any) -> Task:
-        """A tool call to run inside :meth:`gather`."""
-        request = tool_request(self._tools, tool, args)
-        return Task(request.kind, request.name, args)
+        """A tool call to run inside :meth:`gather` (which makes its request: its arguments
+        are canonicalized there, once)."""
+        kind, name = tool_kind(tool)
+        return Task(kind, name, args)
 
     @door
     def gather(self, *tasks: Task) -> list[Any]:

@@ -25,7 +25,7 @@ import uuid as uuid_module
 from collections.abc import Mapping
 from typing import Any
 
-from tracelock.core.canonical import CanonicalError, dumps, loads
+from tracelock.core.canonical import CanonicalError, Encoded, dumps, loads
 from tracelock.runtime.errors import StepError, Suspend
 from tracelock.runtime.outcomes import Outcome, Phase, StepFailure
 from tracelock.runtime.pipeline.codes import (
@@ -126,6 +126,8 @@ def live(
         doc["sandbox"] = {"before": sandbox.state_hash(), "after": None}
     journal = state.journal
     phase = _PARSE
+    result: Any = None
+    result_canonical: bytes | None = None
     try:
         request = parse(state, request, doc)
         kind = request.kind
@@ -144,7 +146,7 @@ def live(
                 key = key or idempotency_key(state.run_id, step, canonical)
                 doc["idempotency_key"] = key
             if not intent_written:
-                journal.intent(doc)
+                journal.intent(doc, _known_args(request, doc))
                 intent_written = True
         if journal is not None and kind not in _LOCAL_KINDS:
             # An earlier irreversible result is durable before this step leaves the process
@@ -155,10 +157,15 @@ def live(
         if sandbox is not None and kind == "fs":
             doc["sandbox"]["after"] = sandbox.state_hash()
         phase = _RECORD
-        try:
-            result_hash = _sha256(dumps(result)).hexdigest()
-        except CanonicalError as exc:
-            raise StepFailure(RESULT_NOT_JSON, f"result of {request.name!r}: {exc.message}") from None
+        if type(result) is Encoded:
+            # A door that serialized its result already (a captured exchange).
+            result, result_canonical = result.value, result.data
+        else:
+            try:
+                result_canonical = dumps(result)
+            except CanonicalError as exc:
+                raise StepFailure(RESULT_NOT_JSON, f"result of {request.name!r}: {exc.message}") from None
+        result_hash = _sha256(result_canonical).hexdigest()
         if tool is not None and tool.result_schema is not None:
             problem = tool.validate_result(result)
             if problem is not None:
@@ -188,10 +195,22 @@ def live(
                 {"step": step, "where": "tool", "exception": type(failure.__cause__).__name__,
                  "traceback": audit_traceback(failure.__cause__)}
             )
-    record(state, journal, doc, intent_written)
+    known = _known_args(request, doc)
+    if result_canonical is not None and doc["result"] is result:
+        known["result"] = result_canonical
+    record(state, journal, doc, intent_written, known)
     if doc["outcome"] == "SUCCESS":
         return doc["result"]
     return respond(step, doc)
+
+
+def _known_args(request: StepRequest, doc: dict[str, Any]) -> dict[str, bytes]:
+    """The members of ``doc`` serialized already: its arguments, when they are the
+    request's (canonicalized when the request was made)."""
+    canonical = request.canonical
+    if canonical is not None and doc.get("args") is request.args:
+        return {"args": canonical}
+    return {}
 
 
 def _failed(doc: dict[str, Any], request: StepRequest, phase: Phase, failure: StepFailure) -> None:
@@ -563,7 +582,8 @@ def execute(state: RunState, step: int, request: StepRequest, key: str | None) -
         except Exception as exc:
             raise StepFailure(HTTP_TRANSPORT_ERROR, f"{type(exc).__name__}: {exc}", exception=type(exc).__name__) from None
         # Only an answer carries usage (a 429 or a 5xx does not): it is under "llm".
-        llm_result = result.get("llm") if kind == "llm" and isinstance(result, dict) else None
+        document = result.value if type(result) is Encoded else result
+        llm_result = document.get("llm") if kind == "llm" and isinstance(document, dict) else None
         if llm_result is not None:
             model = request.args["model"]
             _check_usage(state, llm_result, model)
@@ -634,9 +654,16 @@ def _run_tool(state: RunState, tool: Tool, args: Mapping[str, Any], key: str | N
 
 
 # -- RECORD --------------------------------------------------------------------------------
-def record(state: RunState, journal: RunJournal | None, doc: dict[str, Any], intent_written: bool) -> None:
+def record(
+    state: RunState,
+    journal: RunJournal | None,
+    doc: dict[str, Any],
+    intent_written: bool,
+    known: Mapping[str, bytes] | None = None,
+) -> None:
     """Journal the step's outcome, whatever it is: as a result of the intent already in the
-    journal, or as one effect entry."""
+    journal, or as one effect entry. ``known``: the canonical bytes of members the step
+    serialized already (``args``, ``result``), journaled as they are."""
     if journal is not None:
         if intent_written:
             result_doc = {
@@ -644,9 +671,9 @@ def record(state: RunState, journal: RunJournal | None, doc: dict[str, Any], int
             }
             if "sandbox" in doc:
                 result_doc["sandbox"] = doc["sandbox"]
-            journal.result(result_doc, irreversible=doc.get("class") == "irreversible")
+            journal.result(result_doc, irreversible=doc.get("class") == "irreversible", known=known)
         else:
-            journal.effect(doc)
+            journal.effect(doc, known)
     state.effects[doc["step"]] = doc
 
 

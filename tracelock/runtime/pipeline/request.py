@@ -15,7 +15,7 @@ from typing import Any
 from tracelock.core.canonical import CanonicalError, dumps
 from tracelock.runtime.tools.tools import Tool
 
-__all__ = ["StepRequest", "Task", "tool_request", "idempotency_key"]
+__all__ = ["StepRequest", "Task", "tool_request", "tool_kind", "idempotency_key"]
 
 _sha256 = hashlib.sha256
 _EMPTY_CANONICAL = b"{}"
@@ -87,13 +87,18 @@ def tool_request(tools: Mapping[str, Tool], tool: str | Callable[..., Any], args
     """The request for a tool named ``tool`` (or the decorated function itself): kind ``fs``
     for the sandbox's ``fs.*`` operations, ``tool`` otherwise. An unknown name still makes a
     request; VALIDATE rejects it."""
+    kind, name = tool_kind(tool)
+    registered = tools.get(name)
+    side_effect = registered.side_effect if registered is not None else "read_only"
+    return StepRequest(kind, name, args, side_effect, registered)
+
+
+def tool_kind(tool: str | Callable[..., Any]) -> tuple[str, str]:
+    """The step kind and tool name of ``tool`` (a name, or the decorated function itself)."""
     name = tool if isinstance(tool, str) else getattr(tool, "__tracelock_tool__", None)
     if not isinstance(name, str):
         name = getattr(tool, "__name__", repr(tool))
-    registered = tools.get(name)
-    kind = "fs" if name.startswith("fs.") else "tool"
-    side_effect = registered.side_effect if registered is not None else "read_only"
-    return StepRequest(kind, name, args, side_effect, registered)
+    return ("fs" if name.startswith("fs.") else "tool"), name
 
 
 def idempotency_key(run_id: str, step: int, canonical_args: bytes) -> str:

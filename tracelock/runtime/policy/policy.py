@@ -80,7 +80,8 @@ _TYPES: Final = ("string", "integer", "number", "boolean", "array", "object", "n
 _SIDE_EFFECTS: Final = ("read_only", "idempotent", "irreversible")
 _KINDS: Final = ("tool", "llm", "fs", "http")
 _MAX_NESTING: Final = 64
-#: Most decisions Policy.static_decision keeps (it starts over past this).
+#: Most decisions Policy.static_decision keeps, and most HTTP rule matches (each starts
+#: over past this).
 _STATIC_DECISIONS: Final = 1024
 _EXTENSION = re.compile(r"\.[^./\\\x00]+")
 
@@ -917,6 +918,10 @@ class Policy:
             (rule, [_path_pattern(pattern) for pattern in rule["paths"]])
             for rule in self._doc.get("http", {}).get("allow", [])
         ]
+        # The rule (its index in _http_rules, or -1 for none) each request was matched to: a
+        # captured request is matched once, when its door asks for its class, and AUTHORIZE
+        # finds the same match here.
+        self._http_matches: dict[tuple[str, str, str], int] = {}
 
     # -- loading --
 
@@ -1221,13 +1226,25 @@ class Policy:
         """The first ``http.allow`` rule (in the document's order) that allows ``method`` on
         ``host`` (``name`` or ``name:port``) and ``path``; None when none does."""
         name = host.lower()
+        method = method.upper()
+        key = (method, name, path)
+        found = self._http_matches.get(key)
+        if found is None:
+            found = self._match_http(method, name, path)
+            if len(self._http_matches) >= _STATIC_DECISIONS:
+                self._http_matches.clear()
+            self._http_matches[key] = found
+        return dict(self._http_rules[found][0]) if found >= 0 else None
+
+    def _match_http(self, method: str, name: str, path: str) -> int:
+        """The index of the first rule allowing ``method`` on host ``name`` and ``path``, or -1."""
         bare = name.rsplit(":", 1)[0] if ":" in name and not name.endswith("]") else name
-        for rule, patterns in self._http_rules:
-            if rule["host"] not in (name, bare) or method.upper() not in rule["methods"]:
+        for index, (rule, patterns) in enumerate(self._http_rules):
+            if rule["host"] not in (name, bare) or method not in rule["methods"]:
                 continue
             if any(pattern.fullmatch(path) for pattern in patterns):
-                return dict(rule)
-        return None
+                return index
+        return -1
 
     def llm_max_tokens(self) -> int | None:
         """``llm.max_tokens``, the cap on one call's output tokens (None: no cap)."""
