@@ -4,20 +4,20 @@ Needs nothing but the bundle and the verifier's pinned public keys: no store, no
 Integrity ("every hash, link and proof agrees") and trust ("the checkpoint is signed by a key
 the verifier pinned") are reported separately; every failure names its check, and where it
 is: the file, the run, the entry index and seq.
+
+The bundle is parsed first (:mod:`tracelock.evidence.bundle_parse`: every file read once,
+nothing decided), then checked here, check by check, in the order of the specification.
+This module imports neither the runtime nor a storage backend.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
-
-from tracelock.core.canonical import CanonicalError, dumps
 from tracelock.core.entry import (
     ADMIN_RUN,
     POLICY_KIND,
@@ -25,17 +25,18 @@ from tracelock.core.entry import (
     REDACTION_KIND,
     TERMINAL_KINDS,
     Entry,
-    EntryFormatError,
-    parse_entry,
 )
 from tracelock.core.fingerprint import (
     PROJECTED_KINDS,
+    HiddenValue,
+    NotRecomputable,
+    fingerprint_of_documents,
 )
-from tracelock.core.hashing import is_hex_digest
+from tracelock.core.inclusion import InclusionVerifier
 from tracelock.core.merkle import leaf_hash
 from tracelock.core.steps import STEP_SEQUENCE_BROKEN, run_step_issue
 from tracelock.errors import EvidenceError, ProofError
-from tracelock.evidence.bundle import (
+from tracelock.evidence.bundle_files import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
     CHECKPOINT,
@@ -46,6 +47,7 @@ from tracelock.evidence.bundle import (
     BundleFiles,
     read_bundle_files,
 )
+from tracelock.evidence.bundle_parse import ParsedBundle, parse_bundle, payload_digest
 from tracelock.evidence.checkpoint import Checkpoint
 from tracelock.evidence.keys import KeyFileError, KeyInvalidError, PublicKey
 from tracelock.evidence.note import (
@@ -53,16 +55,8 @@ from tracelock.evidence.note import (
     NoteUntrustedError,
     NoteVerifier,
     open_note,
-    parse_note,
 )
-from tracelock.evidence.proofs import InclusionVerifier
-from tracelock.evidence.redaction import Redaction, parse_redaction
-from tracelock.runtime.replay.recompute import (
-    HiddenValue,
-    NotRecomputable,
-    fingerprint_of_documents,
-)
-from tracelock.storage.verify import claimed_position
+from tracelock.evidence.redaction_format import Redaction
 
 __all__ = [
     "INTEGRITY",
@@ -86,13 +80,6 @@ REPLAY = "replay"
 TRUST_CHECKS = frozenset({"checkpoint.trust", "checkpoint.origin"})
 #: Failures kept in a report (a badly damaged bundle would otherwise list every entry).
 MAX_FAILURES = 200
-
-_PAYLOAD_FILE_LEN = len(PAYLOAD_DIR) + 1 + 64 + len(".json")
-#: A proofs.jsonl line in canonical form: {"hash": hex, "proof": [hex, ...], "seq": int}.
-_PROOF_LINE = re.compile(
-    rb'\{"hash":"([0-9a-f]{64})","proof":\[((?:"[0-9a-f]{64}")(?:,"[0-9a-f]{64}")*)?\],'
-    rb'"seq":(0|[1-9][0-9]{0,15})\}'
-)
 
 
 class BundleInvalidError(EvidenceError):
@@ -383,7 +370,7 @@ def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Verification
+# Checks over a parsed bundle
 
 
 @dataclass
@@ -392,44 +379,37 @@ class _Line:
     entry: Entry
 
 
-def _split_lines(data: bytes) -> tuple[list[bytes], bool]:
-    """Lines of a JSON-lines file, and whether it ended with a newline."""
-    if not data:
-        return [], True
-    complete = data.endswith(b"\n")
-    lines = data.split(b"\n")
-    if complete:
-        lines.pop()
-    return lines, complete
-
-
 _MANIFEST_MEMBERS = frozenset(
     ("format", "version", "checkpoint", "runs", "policies", "redacted", "signers", "files")
 )
 
 
-class _Verifier:
+class _Checker:
+    """The checks of docs/spec.md 8.3 over a :class:`ParsedBundle`, in order; each failure
+    goes to the report as it is found."""
+
     def __init__(
         self,
-        bundle: BundleFiles,
+        parsed: ParsedBundle,
         pins: Sequence[PinnedKey],
         origin: str | None,
         allow_open: bool,
         required_runs: Sequence[str],
     ) -> None:
-        self.bundle = bundle
-        self.files = bundle.files
+        self.parsed = parsed
+        self.bundle = parsed.files
+        self.files = parsed.files.files
         self.pins = list(pins)
         self.origin = origin
         self.allow_open = allow_open
         self.required_runs = list(required_runs)
-        self.report = BundleReport(bundle.source, bundle.kind)
+        self.report = BundleReport(self.bundle.source, self.bundle.kind)
         self.report.pinned = [pin.to_dict() for pin in self.pins]
+        #: The manifest once its format is accepted (its claimed signers and summary are read).
         self.manifest: dict[str, Any] | None = None
         self.checkpoint: Checkpoint | None = None
-        self.entries: list[_Line] = []
+        self.entries: list[_Line] = [_Line(number, entry) for number, entry in parsed.entries]
         self.redactions: dict[str, list[tuple[Entry, Redaction]]] = {}
-        self.docs: dict[str, Any] = {}
         #: Payloads whose file exists under its name and hashes to it (check 8): a file
         #: that fails its hash counts as absent everywhere (docs/spec.md 8.3).
         self.present: set[str] = set()
@@ -438,7 +418,7 @@ class _Verifier:
         self.report.fail(Failure(check, message, **where))
 
     # -- the container and the manifest ------------------------------------------------
-    def container(self) -> None:
+    def check_container(self) -> None:
         for name, problem in self.bundle.problems:
             self.fail("bundle.container", problem, file=name or None)
         for required in (MANIFEST, CHECKPOINT, ENTRIES, PROOFS):
@@ -447,12 +427,7 @@ class _Verifier:
         for name in sorted(self.files):
             if name in (MANIFEST, CHECKPOINT, ENTRIES, PROOFS):
                 continue
-            if not (
-                name.startswith(PAYLOAD_DIR + "/")
-                and name.endswith(".json")
-                and len(name) == _PAYLOAD_FILE_LEN
-                and is_hex_digest(name[len(PAYLOAD_DIR) + 1 : -5])
-            ):
+            if not (name.endswith(".json") and payload_digest(name) is not None):
                 self.fail(
                     "bundle.files",
                     "unexpected file (a bundle holds manifest.json, checkpoint.note, "
@@ -460,20 +435,15 @@ class _Verifier:
                     file=name,
                 )
 
-    def read_manifest(self) -> None:
-        data = self.files.get(MANIFEST)
-        if data is None:
+    def check_manifest(self) -> None:
+        parsed = self.parsed.manifest
+        if parsed is None:
             return
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            self.fail("manifest.format", f"not JSON: {exc}", file=MANIFEST)
+        if parsed.error is not None:
+            self.fail("manifest.format", f"not JSON: {parsed.error}", file=MANIFEST)
             return
-        try:
-            canonical = dumps(doc) + b"\n" == data
-        except CanonicalError:
-            canonical = False
-        if not canonical:
+        doc = parsed.doc
+        if not parsed.canonical:
             self.fail("manifest.format", "not canonical JSON (RFC 8785) ending in a newline", file=MANIFEST)
         if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
             self.fail("manifest.format", f"not a {BUNDLE_FORMAT} manifest", file=MANIFEST)
@@ -528,16 +498,15 @@ class _Verifier:
                 self.fail("manifest.hash", "present in the bundle but not listed in the manifest", file=path)
 
     # -- the checkpoint ------------------------------------------------------------------
-    def read_checkpoint(self) -> None:
-        data = self.files.get(CHECKPOINT)
-        if data is None:
+    def check_checkpoint(self) -> None:
+        parsed = self.parsed.checkpoint
+        if parsed is None:
             return
-        try:
-            text, signatures = parse_note(data)
-            checkpoint = Checkpoint.from_body(text)
-        except EvidenceError as exc:
-            self.fail("checkpoint.format", exc.message, file=CHECKPOINT, code=exc.code)
+        if parsed.error is not None or parsed.checkpoint is None:
+            assert parsed.error is not None
+            self.fail("checkpoint.format", parsed.error.message, file=CHECKPOINT, code=parsed.error.code)
             return
+        checkpoint, signatures = parsed.checkpoint, parsed.signatures
         self.checkpoint = checkpoint
         self.report.checkpoint = {
             "origin": checkpoint.origin,
@@ -553,7 +522,7 @@ class _Verifier:
             except EvidenceError:
                 continue  # an origin that is not a valid key name matches no pin
         try:
-            note = open_note(data, verifiers)
+            note = open_note(parsed.data, verifiers)
         except NoteSignatureInvalidError as exc:
             self.fail(
                 "checkpoint.signature",
@@ -626,19 +595,17 @@ class _Verifier:
             self.report.claimed_signers.append(entry)
 
     # -- entries and proofs --------------------------------------------------------------
-    def read_entries(self) -> None:
-        data = self.files.get(ENTRIES)
-        if data is None:
+    def check_entries(self) -> None:
+        if ENTRIES not in self.files:
             return
-        lines, complete = _split_lines(data)
-        if not complete:
+        if not self.parsed.entries_complete:
             self.fail("entry.format", "the file does not end with a newline (truncated?)", file=ENTRIES)
         previous: Entry | None = None
-        for number, line in enumerate(lines, 1):
-            try:
-                entry = parse_entry(line)
-            except EntryFormatError as exc:
-                run, seq = claimed_position(line)
+        for line in self.parsed.entry_lines:
+            number, entry = line.number, line.entry
+            if entry is None:
+                assert line.error is not None
+                run, seq = line.claimed_run, line.claimed_seq
                 named = ", ".join(
                     part
                     for part in (
@@ -649,9 +616,9 @@ class _Verifier:
                 )
                 self.fail(
                     "entry.format",
-                    f"line {number}" + (f" ({named})" if named else "") + f": {exc.message}",
+                    f"line {number}" + (f" ({named})" if named else "") + f": {line.error.message}",
                     file=ENTRIES,
-                    code=exc.code,
+                    code=line.error.code,
                     run=run,
                     seq=seq,
                 )
@@ -667,33 +634,26 @@ class _Verifier:
                     seq=entry.seq,
                 )
             previous = entry
-            self.entries.append(_Line(number, entry))
         self.report.entries = len(self.entries)
 
     def check_proofs(self) -> None:
-        data = self.files.get(PROOFS)
-        if data is None or ENTRIES not in self.files:
+        proofs = self.parsed.proofs
+        if proofs is None or ENTRIES not in self.files:
             return
-        lines, complete = _split_lines(data)
-        if not complete:
+        if not proofs.complete:
             self.fail("proof.format", "the file does not end with a newline (truncated?)", file=PROOFS)
-        entry_lines, _ = _split_lines(self.files[ENTRIES])
-        if len(lines) != len(entry_lines):
-            self.fail(
-                "proof.format",
-                f"{len(lines)} proofs for {len(entry_lines)} entries",
-                file=PROOFS,
-            )
+        entry_lines = len(self.parsed.entry_lines)
+        if len(proofs.lines) != entry_lines:
+            self.fail("proof.format", f"{len(proofs.lines)} proofs for {entry_lines} entries", file=PROOFS)
         by_number = {item.number: item.entry for item in self.entries}
         checkpoint = self.checkpoint
         inclusion = InclusionVerifier(checkpoint.size, checkpoint.root) if checkpoint else None
-        for number, line in enumerate(lines, 1):
+        for number, proof in enumerate(proofs.lines, 1):
             entry = by_number.get(number)
             if entry is None:
                 continue
             where = {"run": entry.run, "i": entry.i, "seq": entry.seq}
-            match = _PROOF_LINE.fullmatch(line)
-            if match is None:
+            if proof is None:
                 self.fail(
                     "proof.format",
                     f"line {number}: not the canonical JSON of {{hash, proof, seq}} with hex hashes",
@@ -701,19 +661,16 @@ class _Verifier:
                     **where,
                 )
                 continue
-            digest, nodes_text, seq_text = match.groups()
-            if int(seq_text) != entry.seq or digest.decode() != entry.hash:
+            if proof.seq != entry.seq or proof.digest != entry.hash:
                 self.fail(
                     "entry.hash",
-                    f"line {number}: the proof is for seq {seq_text.decode()} with entry hash "
-                    f"{digest.decode()[:16]}..., the entry is seq {entry.seq} with hash "
+                    f"line {number}: the proof is for seq {proof.seq} with entry hash "
+                    f"{proof.digest[:16]}..., the entry is seq {entry.seq} with hash "
                     f"{entry.hash[:16]}...",
                     file=PROOFS,
                     **where,
                 )
                 continue
-            raw = bytes.fromhex(nodes_text.replace(b'","', b"")[1:-1].decode()) if nodes_text else b""
-            nodes = [raw[k : k + 32] for k in range(0, len(raw), 32)]
             if checkpoint is None or inclusion is None:
                 continue
             if entry.seq >= checkpoint.size:
@@ -725,7 +682,7 @@ class _Verifier:
                 )
                 continue
             try:
-                inclusion.verify(entry.seq, leaf_hash(entry.line), nodes)
+                inclusion.verify(entry.seq, leaf_hash(entry.line), proof.nodes)
             except ProofError as exc:
                 self.fail(
                     "entry.inclusion",
@@ -737,9 +694,9 @@ class _Verifier:
 
     # -- runs, admin entries, payloads ----------------------------------------------------
     def check_admin(self) -> None:
-        for item in self.entries:
-            entry = item.entry
-            if entry.run != ADMIN_RUN:
+        for line in self.parsed.entry_lines:
+            entry = line.entry
+            if entry is None or entry.run != ADMIN_RUN:
                 continue
             if entry.kind in (POLICY_KIND, PROVENANCE_KIND):
                 continue
@@ -754,31 +711,15 @@ class _Verifier:
                     seq=entry.seq,
                 )
                 continue
-            doc = self._payload_doc(entry.payload) if entry.payload else None
-            try:
-                redaction = parse_redaction(entry, doc)
-            except EvidenceError as exc:
+            redaction = line.redaction
+            if isinstance(redaction, EvidenceError):
                 self.fail(
-                    "redaction.format", exc.message, file=ENTRIES, run=entry.run, i=entry.i,
-                    seq=entry.seq, code=exc.code,
+                    "redaction.format", redaction.message, file=ENTRIES, run=entry.run, i=entry.i,
+                    seq=entry.seq, code=redaction.code,
                 )
                 continue
+            assert redaction is not None
             self.redactions.setdefault(redaction.payload, []).append((entry, redaction))
-
-    def _payload_doc(self, digest: str | None) -> Any:
-        if digest is None:
-            return None
-        if digest in self.docs:
-            return self.docs[digest]
-        data = self.files.get(f"{PAYLOAD_DIR}/{digest}.json")
-        if data is None or hashlib.sha256(data).hexdigest() != digest:
-            return None
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return None
-        self.docs[digest] = doc
-        return doc
 
     def check_payloads(self) -> None:
         referenced: dict[str, Entry] = {}
@@ -786,18 +727,13 @@ class _Verifier:
             if item.entry.payload is not None:
                 referenced.setdefault(item.entry.payload, item.entry)
         present: set[str] = set()
-        for name, data in sorted(self.files.items()):
-            if not name.startswith(PAYLOAD_DIR + "/") or len(name) != _PAYLOAD_FILE_LEN:
-                continue
-            digest = name[len(PAYLOAD_DIR) + 1 : -5]
-            if not is_hex_digest(digest):
-                continue
-            actual = hashlib.sha256(data).hexdigest()
-            if actual != digest:
+        for name, payload in self.parsed.payloads.items():
+            digest = payload.digest
+            if not payload.intact:
                 user = referenced.get(digest)
                 self.fail(
                     "payload.hash",
-                    f"the file's bytes hash to {actual}, not to its name",
+                    f"the file's bytes hash to {payload.actual}, not to its name",
                     file=name,
                     run=user.run if user else None,
                     i=user.i if user else None,
@@ -833,9 +769,9 @@ class _Verifier:
         digest = entry.payload
         if digest is None:
             return "none", None, None
-        doc = self._payload_doc(digest)
-        if digest in self.docs:
-            return "present", doc, None
+        payload = self.parsed.payload(digest)
+        if payload is not None and payload.intact and payload.parsed:
+            return "present", payload.doc, None
         if digest in self.present:
             return "missing", None, None  # its bytes hash right but are not a JSON document
         records = [r for _, r in self.redactions.get(digest, [])]
@@ -1069,14 +1005,14 @@ class _Verifier:
             )
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> BundleReport:
-        stages = [
-            self.container, self.read_manifest, self.read_checkpoint, self.read_entries, self.check_proofs,
-            self.check_admin, self.check_payloads, self.check_runs, self.check_summary,
+        checks = [
+            self.check_container, self.check_manifest, self.check_checkpoint, self.check_entries,
+            self.check_proofs, self.check_admin, self.check_payloads, self.check_runs, self.check_summary,
         ]
-        for done, stage in enumerate(stages, 1):
-            stage()
+        for done, check in enumerate(checks, 1):
+            check()
             if progress is not None:
-                progress(done, len(stages))
+                progress(done, len(checks))
         return self.report
 
 
@@ -1095,4 +1031,4 @@ def verify_bundle(
     have not ended; ``required_runs`` must all be in the bundle. ``progress`` is called with
     (checks done, checks) after each of the checks."""
     files = bundle if isinstance(bundle, BundleFiles) else read_bundle_files(Path(bundle))
-    return _Verifier(files, pinned, origin, allow_open, required_runs).run(progress)
+    return _Checker(parse_bundle(files), pinned, origin, allow_open, required_runs).run(progress)
