@@ -4,7 +4,8 @@
 checkpoint note, each line of ``entries.jsonl`` and ``proofs.jsonl``, each payload file
 (its SHA-256 and its JSON document) and each redaction record. It decides nothing and
 reports nothing: what could not be parsed is kept beside what could (an entry line's error
-and the run and seq it claims), and :mod:`tracelock.evidence.verify` turns the parsed
+and the run and seq it claims), what a payload's state is (present, a field redaction's
+copy with its redacted members hidden, wholly redacted, missing) is a question to it, and :mod:`tracelock.evidence.verify` turns the parsed
 bundle into the report, check by check. No store, no network.
 """
 
@@ -27,6 +28,7 @@ from tracelock.core.entry import (
     claimed_position,
     parse_entry,
 )
+from tracelock.core.fingerprint import HiddenValue
 from tracelock.core.hashing import is_hex_digest
 from tracelock.errors import EvidenceError
 from tracelock.evidence.bundle_files import (
@@ -164,6 +166,12 @@ class ParsedBundle:
     proofs: ParsedProofs | None = None
     #: Payload files by name, in name order.
     payloads: dict[str, ParsedPayload] = field(default_factory=dict)
+    #: Payloads whose file exists under its name and hashes to it: a file that fails its
+    #: hash counts as absent everywhere (docs/spec.md 8.3).
+    present: set[str] = field(default_factory=set)
+    #: The well-formed redaction records of the admin chain, by the payload each redacts,
+    #: in journal order.
+    redactions: dict[str, list[tuple[Entry, Redaction]]] = field(default_factory=dict)
 
     @property
     def entries(self) -> list[tuple[int, Entry]]:
@@ -178,6 +186,31 @@ class ParsedBundle:
         """The document of payload ``digest`` when its file is intact and JSON, else None."""
         payload = self.payload(digest) if digest is not None else None
         return payload.doc if payload is not None and payload.intact and payload.parsed else None
+
+    def payload_state(self, entry: Entry) -> tuple[str, Any, Redaction | None]:
+        """(state, document, redaction) of an entry's payload. States: ``none`` (no
+        payload), ``present``, ``copy`` (a field redaction: its copy, redacted members
+        hidden), ``redacted`` (wholly), ``missing`` (absent or damaged: reported elsewhere)."""
+        digest = entry.payload
+        if digest is None:
+            return "none", None, None
+        payload = self.payload(digest)
+        if payload is not None and payload.intact and payload.parsed:
+            return "present", payload.doc, None
+        if digest in self.present:
+            return "missing", None, None  # its bytes hash right but are not a JSON document
+        records = [r for _, r in self.redactions.get(digest, [])]
+        if not records:
+            return "missing", None, None
+        with_copy = [r for r in records if r.copy is not None and r.fields]
+        if with_copy:
+            redaction = with_copy[-1]
+            assert redaction.copy is not None and redaction.fields is not None
+            copy = dict(redaction.copy)
+            for name in redaction.fields:
+                copy[name] = HiddenValue(copy[name]["hash"])
+            return "copy", copy, redaction
+        return "redacted", None, records[-1]
 
 
 def _manifest(data: bytes) -> ParsedManifest:
@@ -237,7 +270,9 @@ def parse_bundle(bundle: BundleFiles) -> ParsedBundle:
     for name, data in sorted(files.items()):
         digest = payload_digest(name)
         if digest is not None:
-            parsed.payloads[name] = _payload(name, digest, data)
+            payload = parsed.payloads[name] = _payload(name, digest, data)
+            if payload.intact:
+                parsed.present.add(digest)
     if ENTRIES in files:
         lines, parsed.entries_complete = split_lines(files[ENTRIES])
         parsed.entry_lines = [_entry_line(number, line) for number, line in enumerate(lines, 1)]
@@ -245,9 +280,12 @@ def parse_bundle(bundle: BundleFiles) -> ParsedBundle:
             entry = line.entry
             if entry is not None and entry.run == ADMIN_RUN and entry.kind == REDACTION_KIND:
                 try:
-                    line.redaction = parse_redaction(entry, parsed.doc(entry.payload))
+                    redaction = parse_redaction(entry, parsed.doc(entry.payload))
                 except EvidenceError as exc:
                     line.redaction = exc
+                    continue
+                line.redaction = redaction
+                parsed.redactions.setdefault(redaction.payload, []).append((entry, redaction))
     if PROOFS in files:
         lines, complete = split_lines(files[PROOFS])
         parsed.proofs = ParsedProofs([_proof_line(line) for line in lines], complete)

@@ -23,18 +23,10 @@ from tracelock.core.entry import (
     POLICY_KIND,
     PROVENANCE_KIND,
     REDACTION_KIND,
-    TERMINAL_KINDS,
     Entry,
-)
-from tracelock.core.fingerprint import (
-    PROJECTED_KINDS,
-    HiddenValue,
-    NotRecomputable,
-    fingerprint_of_documents,
 )
 from tracelock.core.inclusion import InclusionVerifier
 from tracelock.core.merkle import leaf_hash
-from tracelock.core.steps import STEP_SEQUENCE_BROKEN, run_step_issue
 from tracelock.errors import EvidenceError, ProofError
 from tracelock.evidence.bundle_files import (
     BUNDLE_FORMAT,
@@ -48,6 +40,7 @@ from tracelock.evidence.bundle_files import (
     read_bundle_files,
 )
 from tracelock.evidence.bundle_parse import ParsedBundle, parse_bundle, payload_digest
+from tracelock.evidence.bundle_runs import RunChecks, RunReport
 from tracelock.evidence.checkpoint import Checkpoint
 from tracelock.evidence.keys import KeyFileError, KeyInvalidError, PublicKey
 from tracelock.evidence.note import (
@@ -56,7 +49,6 @@ from tracelock.evidence.note import (
     NoteVerifier,
     open_note,
 )
-from tracelock.evidence.redaction_format import Redaction
 
 __all__ = [
     "INTEGRITY",
@@ -220,43 +212,6 @@ class Failure:
 
 
 @dataclass
-class RunReport:
-    """What the bundle says about one run."""
-
-    run: str
-    entries: int
-    first_seq: int
-    last_seq: int
-    status: str
-    ended: bool
-    fingerprint: str | None = None
-    recomputed: str | None = None
-    fingerprint_status: str = "unavailable"
-    fingerprint_detail: str | None = None
-    redacted: list[dict[str, Any]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        """The fields a manifest's ``runs`` list holds."""
-        return {
-            "run": self.run,
-            "entries": self.entries,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "status": self.status,
-            "ended": self.ended,
-            "fingerprint": self.fingerprint,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.summary() | {
-            "recomputed": self.recomputed,
-            "fingerprint_status": self.fingerprint_status,
-            "fingerprint_detail": self.fingerprint_detail,
-            "redacted": self.redacted,
-        }
-
-
-@dataclass
 class BundleReport:
     """The outcome of :func:`verify_bundle`."""
 
@@ -350,26 +305,6 @@ class BundleReport:
 
 
 # ---------------------------------------------------------------------------------------
-# Fingerprint recomputation (spec 5.4), with redaction copies
-
-
-def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
-    """The fingerprint of a run from its entries; ``docs`` maps seq to the payload document
-    (with :class:`HiddenValue` members for redacted fields; absent when wholly redacted)."""
-    documents = []
-    for entry in entries:
-        if entry.kind not in PROJECTED_KINDS:
-            continue
-        if entry.seq not in docs:
-            raise NotRecomputable(f"the payload of entry {entry.i} ({entry.kind}) is redacted")
-        documents.append((entry.kind, docs[entry.seq]))
-    recomputed = fingerprint_of_documents(documents)
-    if recomputed is None:
-        raise KeyError("run.start or run.end")
-    return recomputed
-
-
-# ---------------------------------------------------------------------------------------
 # Checks over a parsed bundle
 
 
@@ -409,10 +344,7 @@ class _Checker:
         self.manifest: dict[str, Any] | None = None
         self.checkpoint: Checkpoint | None = None
         self.entries: list[_Line] = [_Line(number, entry) for number, entry in parsed.entries]
-        self.redactions: dict[str, list[tuple[Entry, Redaction]]] = {}
-        #: Payloads whose file exists under its name and hashes to it (check 8): a file
-        #: that fails its hash counts as absent everywhere (docs/spec.md 8.3).
-        self.present: set[str] = set()
+        self.redactions = parsed.redactions
 
     def fail(self, check: str, message: str, **where: Any) -> None:
         self.report.fail(Failure(check, message, **where))
@@ -718,15 +650,13 @@ class _Checker:
                     seq=entry.seq, code=redaction.code,
                 )
                 continue
-            assert redaction is not None
-            self.redactions.setdefault(redaction.payload, []).append((entry, redaction))
 
     def check_payloads(self) -> None:
         referenced: dict[str, Entry] = {}
         for item in self.entries:
             if item.entry.payload is not None:
                 referenced.setdefault(item.entry.payload, item.entry)
-        present: set[str] = set()
+        present = self.parsed.present
         for name, payload in self.parsed.payloads.items():
             digest = payload.digest
             if not payload.intact:
@@ -740,10 +670,8 @@ class _Checker:
                     seq=user.seq if user else None,
                 )
                 continue
-            present.add(digest)
             if digest not in referenced:
                 self.fail("payload.unreferenced", "no entry of the bundle refers to this payload", file=name)
-        self.present = present
         self.report.payloads = len(present & set(referenced))
         redacted = 0
         for digest, entry in referenced.items():
@@ -762,182 +690,10 @@ class _Checker:
             )
         self.report.redacted = redacted
 
-    def _doc_for(self, entry: Entry) -> tuple[str, Any, Redaction | None]:
-        """(state, document, redaction) of an entry's payload. States: ``none`` (no
-        payload), ``present``, ``copy`` (a field redaction: its copy, redacted members
-        hidden), ``redacted`` (wholly), ``missing`` (absent or damaged: reported elsewhere)."""
-        digest = entry.payload
-        if digest is None:
-            return "none", None, None
-        payload = self.parsed.payload(digest)
-        if payload is not None and payload.intact and payload.parsed:
-            return "present", payload.doc, None
-        if digest in self.present:
-            return "missing", None, None  # its bytes hash right but are not a JSON document
-        records = [r for _, r in self.redactions.get(digest, [])]
-        if not records:
-            return "missing", None, None
-        with_copy = [r for r in records if r.copy is not None and r.fields]
-        if with_copy:
-            redaction = with_copy[-1]
-            assert redaction.copy is not None and redaction.fields is not None
-            copy = dict(redaction.copy)
-            for name in redaction.fields:
-                copy[name] = HiddenValue(copy[name]["hash"])
-            return "copy", copy, redaction
-        return "redacted", None, records[-1]
-
     def check_runs(self) -> None:
-        by_run: dict[str, list[Entry]] = {}
-        for item in self.entries:
-            if item.entry.run != ADMIN_RUN:
-                by_run.setdefault(item.entry.run, []).append(item.entry)
-        registered = {
-            (item.entry.kind, item.entry.payload)
-            for item in self.entries
-            if item.entry.run == ADMIN_RUN and item.entry.kind in (POLICY_KIND, PROVENANCE_KIND)
-        }
-        if not by_run and ENTRIES in self.files:
-            self.fail("run.missing", "the bundle holds no run", file=ENTRIES)
-        for run in self.required_runs:
-            if run not in by_run:
-                self.fail("run.missing", f"run {run} is not in the bundle", run=run)
-        for run in sorted(by_run):
-            entries = by_run[run]
-            report = self._check_run(run, entries)
-            self.report.runs.append(report)
-            start = entries[0]
-            if start.kind == "run.start":
-                _, doc, _ = self._doc_for(start)
-                for member, kind in (("policy", POLICY_KIND), ("provenance", PROVENANCE_KIND)):
-                    named = doc.get(member) if isinstance(doc, dict) else None
-                    if isinstance(named, str) and (kind, named) not in registered:
-                        self.fail(
-                            f"{member}.missing",
-                            f"the run's start names {member} {named}, whose {kind} entry is not "
-                            "in the bundle",
-                            run=run,
-                            i=0,
-                            seq=start.seq,
-                        )
-
-    def _check_run(self, run: str, entries: list[Entry]) -> RunReport:
-        ended_at = next((k for k, e in enumerate(entries) if e.kind in TERMINAL_KINDS), None)
-        status = "created"
-        for entry in entries:
-            value = (entry.meta or {}).get("status")
-            if isinstance(value, str):
-                status = value
-        report = RunReport(
-            run=run,
-            entries=len(entries),
-            first_seq=entries[0].seq,
-            last_seq=entries[-1].seq,
-            status=status,
-            ended=ended_at is not None,
-        )
-        chain_ok = True
-        previous: Entry | None = None
-        for position, entry in enumerate(entries):
-            problem = None
-            if entry.i != position:
-                problem = (
-                    f"expected entry {position}, found entry {entry.i} "
-                    + ("(the run's first entries are missing)" if position == 0 else "(entries are missing, inserted or reordered)")
-                )
-            elif previous is not None and entry.prev != previous.hash:
-                problem = f"prev does not match the hash of entry {previous.i}"
-            elif previous is not None and previous.kind in TERMINAL_KINDS:
-                problem = "an entry follows the run's run.end"
-            if problem is not None:
-                chain_ok = False
-                self.fail("run.chain", problem, file=ENTRIES, run=run, i=entry.i, seq=entry.seq)
-                break
-            previous = entry
-        if ended_at is None:
-            if self.allow_open:
-                self.report.notes.append(f"run {run} has not ended (status {status}): accepted (--allow-open)")
-            else:
-                self.fail(
-                    "run.open",
-                    f"the run has no run.end (status {status}): its last entries may have been "
-                    "removed; pass --allow-open to accept runs that have not ended",
-                    file=ENTRIES,
-                    run=run,
-                    i=entries[-1].i,
-                    seq=entries[-1].seq,
-                )
-        docs: dict[int, Any] = {}
-        missing = False
-        steps: list[tuple[Entry, Any]] = []
-        for entry in entries:
-            state, doc, redaction = self._doc_for(entry)
-            if state in ("none", "present", "copy"):
-                docs[entry.seq] = doc
-            # A step hidden by a field redaction is a HiddenValue: a step not seen.
-            steps.append((entry, doc if state in ("present", "copy") else None))
-            missing = missing or state == "missing"
-            if redaction is not None:
-                records = self.redactions.get(entry.payload or "", [])
-                report.redacted.append(
-                    {
-                        "i": entry.i,
-                        "seq": entry.seq,
-                        "kind": entry.kind,
-                        "payload": entry.payload,
-                        "fields": list(redaction.fields) if redaction and redaction.fields else None,
-                        "redactions": [r_entry.seq for r_entry, _ in records],
-                        "by": redaction.by if redaction else None,
-                        "reason": redaction.reason if redaction else None,
-                    }
-                )
-        if chain_ok:
-            issue = run_step_issue(steps)
-            if issue is not None:
-                i = next(entry.i for entry in entries if entry.seq == issue.seq)
-                self.fail(
-                    "run.steps", issue.message, file=ENTRIES, run=run, i=i, seq=issue.seq,
-                    code=STEP_SEQUENCE_BROKEN,
-                )
-        if ended_at is None or not chain_ok or missing:
-            report.fingerprint_status = "not_ended" if ended_at is None else "unavailable"
-            return report
-        end = entries[ended_at]
-        end_doc = docs.get(end.seq)
-        recorded = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
-        report.fingerprint = recorded if isinstance(recorded, str) else None
-        if report.fingerprint is None:
-            report.fingerprint_status = "redacted"
-            report.fingerprint_detail = "the run.end payload (with the recorded fingerprint) is redacted"
-            return report
-        try:
-            report.recomputed = _recompute(entries, docs)
-        except NotRecomputable as exc:
-            report.fingerprint_status = "redacted"
-            report.fingerprint_detail = f"not recomputable: {exc}"
-            return report
-        except (KeyError, TypeError, AttributeError) as exc:
-            report.fingerprint_status = "mismatch"
-            self.fail(
-                "fingerprint.recompute",
-                f"the run's payloads do not have the members a fingerprint needs ({exc!r})",
-                run=run,
-            )
-            return report
-        if report.recomputed == report.fingerprint:
-            report.fingerprint_status = "match"
-        else:
-            report.fingerprint_status = "mismatch"
-            self.fail(
-                "fingerprint.mismatch",
-                f"the fingerprint recomputed from the entries is {report.recomputed}, run.end "
-                f"records {report.fingerprint}",
-                file=ENTRIES,
-                run=run,
-                i=end.i,
-                seq=end.seq,
-            )
-        return report
+        self.report.runs = RunChecks(
+            self.parsed, self.fail, self.report.notes, allow_open=self.allow_open, required_runs=self.required_runs
+        ).check()
 
     # -- the manifest's summary ------------------------------------------------------------
     def check_summary(self) -> None:
@@ -993,7 +749,7 @@ class _Checker:
                 for digest in {
                     item.entry.payload for item in self.entries if item.entry.payload
                 }
-                if digest in self.redactions and digest not in self.present
+                if digest in self.redactions and digest not in self.parsed.present
             ),
             key=lambda item: str(item["payload"]),
         )
