@@ -6,19 +6,61 @@ modules too, and so is ``tracelock.integrations.http`` (HTTP capture; ``capture_
 is its ``capture``).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tracelock.errors import TracelockError
-from tracelock.integrations.http import capture as capture_http
-from tracelock.runtime.doors.context import RunContext, Task
-from tracelock.runtime.doors.workflow import Workflow, WorkflowStep
-from tracelock.runtime.errors import DivergenceError, StepError
-from tracelock.runtime.outcomes import Outcome, Phase
-from tracelock.runtime.policy.policy import Policy
-from tracelock.runtime.provenance.record import NO_PROVENANCE, Provenance
-from tracelock.runtime.queue import RunHandle, Worker
-from tracelock.runtime.runtime import AsyncRunContext, RunResult, Runtime
-from tracelock.runtime.tools.toolkit import Intent, Toolkit
-from tracelock.runtime.tools.tools import RetryPolicy
-from tracelock.storage.open import open_store
+
+if TYPE_CHECKING:
+    from tracelock.integrations.http import capture as capture_http
+    from tracelock.runtime.doors.context import RunContext, Task
+    from tracelock.runtime.doors.workflow import Workflow, WorkflowStep
+    from tracelock.runtime.errors import DivergenceError, StepError
+    from tracelock.runtime.outcomes import Outcome, Phase
+    from tracelock.runtime.policy.policy import Policy
+    from tracelock.runtime.provenance.record import NO_PROVENANCE, Provenance
+    from tracelock.runtime.queue import RunHandle, Worker
+    from tracelock.runtime.runtime import AsyncRunContext, RunResult, Runtime
+    from tracelock.runtime.tools.toolkit import Intent, Toolkit
+    from tracelock.runtime.tools.tools import RetryPolicy
+    from tracelock.storage.open import open_store
+
+#: Where each public name lives. They are imported when first used (PEP 562), so that a
+#: program (or a command) that needs only part of the package loads only that part:
+#: verifying a bundle offline loads no storage backend and no runtime.
+_PUBLIC = {
+    "AsyncRunContext": ("tracelock.runtime.runtime", "AsyncRunContext"),
+    "capture_http": ("tracelock.integrations.http", "capture"),
+    "DivergenceError": ("tracelock.runtime.errors", "DivergenceError"),
+    "Intent": ("tracelock.runtime.tools.toolkit", "Intent"),
+    "NO_PROVENANCE": ("tracelock.runtime.provenance.record", "NO_PROVENANCE"),
+    "open_store": ("tracelock.storage.open", "open_store"),
+    "Outcome": ("tracelock.runtime.outcomes", "Outcome"),
+    "Phase": ("tracelock.runtime.outcomes", "Phase"),
+    "Policy": ("tracelock.runtime.policy.policy", "Policy"),
+    "Provenance": ("tracelock.runtime.provenance.record", "Provenance"),
+    "RetryPolicy": ("tracelock.runtime.tools.tools", "RetryPolicy"),
+    "RunContext": ("tracelock.runtime.doors.context", "RunContext"),
+    "RunHandle": ("tracelock.runtime.queue", "RunHandle"),
+    "RunResult": ("tracelock.runtime.runtime", "RunResult"),
+    "Runtime": ("tracelock.runtime.runtime", "Runtime"),
+    "StepError": ("tracelock.runtime.errors", "StepError"),
+    "Task": ("tracelock.runtime.doors.context", "Task"),
+    "Toolkit": ("tracelock.runtime.tools.toolkit", "Toolkit"),
+    "Worker": ("tracelock.runtime.queue", "Worker"),
+    "Workflow": ("tracelock.runtime.doors.workflow", "Workflow"),
+    "WorkflowStep": ("tracelock.runtime.doors.workflow", "WorkflowStep"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    place = _PUBLIC.get(name)
+    if place is None:
+        raise AttributeError(f"module 'tracelock' has no attribute {name!r}")
+    value = getattr(importlib.import_module(place[0]), place[1])
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AsyncRunContext",

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from tracelock.core.inclusion import InclusionVerifier
 from tracelock.core.merkle import inclusion_proof_from_leaves, leaf_hash, root, verify_inclusion
 from tracelock.errors import ProofError
-from tracelock.evidence.proofs import InclusionVerifier, batch_inclusion_proofs
+from tracelock.evidence.proofs import batch_inclusion_proofs
 
 
 def _leaves(n: int) -> list[bytes]:

@@ -1,5 +1,5 @@
-"""Evidence commands: ``checkpoint``, ``prove``, ``export``, ``redact``; and the bundle half
-of ``verify`` (``verify BUNDLE --key PUBKEY``, dispatched from ``cmd_store``)."""
+"""Evidence commands: ``checkpoint``, ``prove``, ``export``, ``redact`` (``verify`` is
+``cmd_verify``)."""
 
 from __future__ import annotations
 
@@ -18,21 +18,17 @@ from tracelock.cli.common import (
     store_option,
 )
 from tracelock.cli.progress import Progress
-from tracelock.core.merkle import leaf_hash, verify_consistency, verify_inclusion
-from tracelock.errors import ProofError, UsageError
-from tracelock.evidence.bundle import export_bundle, read_bundle_files
+from tracelock.errors import UsageError
+from tracelock.evidence.bundle import export_bundle
 from tracelock.evidence.history import (
     DEFAULT_KEY_NAME,
     CheckpointHistory,
     SigningKey,
     StoredCheckpoint,
     load_signing_key,
-    rebuild_advice,
 )
-from tracelock.evidence.proofs import CACHE_ALTERED, JOURNAL_CHANGED, judge_tree_mismatch
 from tracelock.evidence.redaction import parse_step, redact
-from tracelock.evidence.verify import BundleReport, Failure, load_pinned_keys, verify_bundle
-from tracelock.storage.backend import Store
+from tracelock.evidence.store_verdict import consistency_verdict, run_proof_verdict
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
 from tracelock.storage.postgres import PostgresStore
@@ -156,140 +152,14 @@ def prove_command(
     if (run_id is None) == (consistency is None):
         raise UsageError("give a RUN_ID, or --consistency OLD NEW")
     with _open_reader(store_path) as store:
-        history = CheckpointHistory.of(store)
         if consistency is not None:
-            document = _prove_consistency(store, history, *consistency)
+            verdict = consistency_verdict(store, *consistency)
         else:
             assert run_id is not None
-            document = _prove_run(store, history, run_id, number)
-    if consistency is not None:
-
-        def text() -> str:
-            old, new = document["old"], document["new"]
-            verdict = "OK" if document["ok"] else f"FAILED: {document.get('error')}"
-            lines = [
-                f"consistency of checkpoint {old['number']} (size {old['size']}) with checkpoint "
-                f"{new['number']} (size {new['size']}): {verdict}"
-            ]
-            lines.extend(f"  {node}" for node in document["proof"])
-            return "\n".join(lines)
-
-    else:
-
-        def text() -> str:
-            cp = document["checkpoint"]
-            lines = [
-                f"run {document['run']}: {len(document['proofs'])} inclusion proofs against checkpoint "
-                f"{cp['number']} ({cp['origin']}, size {cp['size']})"
-            ]
-            for proof in document["proofs"]:
-                lines.append(
-                    f"  entry {proof['i']:>4} seq {proof['seq']:>8} {proof['kind']:<16} "
-                    f"{len(proof['proof'])} hashes  {'ok' if proof['verified'] else 'FAILED'}"
-                )
-            if document["uncovered"]:
-                lines.append(
-                    f"NOT COVERED: entries with seq {document['uncovered']} are after the checkpoint; "
-                    "run `tracelock checkpoint`"
-                )
-            if document.get("error"):
-                lines.append(f"FAILED: {document['error']}")
-            return "\n".join(lines)
-
-    emit(as_json, document, text)
-    if not document["ok"]:
+            verdict = run_proof_verdict(store, run_id, number)
+    emit(as_json, verdict.document, verdict.text)
+    if not verdict.ok:
         sys.exit(EXIT_CHECK_FAILED)
-
-
-def _prove_run(
-    store: Store, history: CheckpointHistory, run_id: str, number: int | None
-) -> dict[str, Any]:
-    stored = history.get(number)
-    entries = store.entries(run_id)
-    document: dict[str, Any] = {
-        "ok": True,
-        "run": run_id,
-        "checkpoint": stored.to_dict() | {"note": stored.note},
-        "proofs": [],
-        "uncovered": [],
-        "error": None,
-    }
-    if store.tree_size() < stored.size or store.tree_root(stored.size) != stored.root:
-        wrong, message = judge_tree_mismatch(store, stored.number, stored.size, stored.root)
-        document.update(ok=False, error=message, wrong=wrong)
-        return document
-    for entry in entries:
-        if entry.seq >= stored.size:
-            document["uncovered"].append(entry.seq)
-            continue
-        proof = store.inclusion_proof(entry.seq, stored.size)
-        leaf = leaf_hash(entry.line)
-        try:
-            verify_inclusion(entry.seq, stored.size, leaf, proof, stored.root)
-            verified = True
-        except ProofError:
-            verified = False
-            document["ok"] = False
-        document["proofs"].append(
-            {
-                "seq": entry.seq,
-                "i": entry.i,
-                "kind": entry.kind,
-                "hash": entry.hash,
-                "leaf_hash": leaf.hex(),
-                "proof": [node.hex() for node in proof],
-                "verified": verified,
-            }
-        )
-    if document["uncovered"]:
-        document["ok"] = False
-    return document
-
-
-def _prove_consistency(
-    store: Store, history: CheckpointHistory, old_number: int, new_number: int
-) -> dict[str, Any]:
-    if old_number > new_number:
-        raise UsageError("--consistency OLD NEW: OLD must not be after NEW")
-    old, new = history.load(old_number), history.load(new_number)
-    document: dict[str, Any] = {
-        "ok": True,
-        "old": old.to_dict(),
-        "new": new.to_dict(),
-        "proof": [],
-        "error": None,
-    }
-    if old.origin != new.origin:
-        document.update(ok=False, error=f"different logs: {old.origin!r} and {new.origin!r}")
-        return document
-    if old.size > new.size:
-        document.update(ok=False, error=f"checkpoint {old_number} is larger than checkpoint {new_number}")
-        return document
-    if store.tree_size() < new.size:
-        wrong, message = judge_tree_mismatch(store, new.number, new.size, new.root)
-        document.update(ok=False, error=message, wrong=wrong)
-        return document
-    proof = store.consistency_proof(old.size, new.size) if 0 < old.size < new.size else []
-    document["proof"] = [node.hex() for node in proof]
-    if old.size == 0:
-        return document
-    try:
-        verify_consistency(old.size, new.size, proof, old.root, new.root)
-    except ProofError as exc:
-        document.update(ok=False, error=f"[{exc.code}] {exc.message}")
-        # Which side: each checkpoint against the journal itself.
-        for checkpoint in (new, old):
-            wrong, message = judge_tree_mismatch(store, checkpoint.number, checkpoint.size, checkpoint.root)
-            if wrong == JOURNAL_CHANGED:
-                break
-        else:
-            wrong, message = CACHE_ALTERED, (
-                "the journal itself matches both checkpoints, so the proof made from the "
-                "store's Merkle node files (a cache) is what is wrong: they were altered; "
-                + rebuild_advice(store)
-            )
-        document.update(error=f"[{exc.code}] {exc.message}; {message}", wrong=wrong)
-    return document
 
 
 # ---------------------------------------------------------------------------------------
@@ -403,142 +273,6 @@ def redact_command(
         return "\n".join(lines)
 
     emit(as_json, document, text)
-
-
-# ---------------------------------------------------------------------------------------
-# verify BUNDLE
-
-
-def _report_text(report: BundleReport) -> str:
-    lines = [
-        f"bundle {report.source} ({report.kind}): {len(report.runs)} run(s), {report.entries} "
-        f"entries, {report.payloads} payloads, {report.redacted} redacted"
-    ]
-    if report.checkpoint:
-        cp = report.checkpoint
-        lines.append(f"checkpoint: {cp['origin']}, size {cp['size']}, root {cp['root']}")
-    integrity = report.failures_of("integrity")
-    if report.integrity_ok:
-        lines.append(
-            "integrity: OK (manifest, entry hashes, chain links, inclusion proofs, payload "
-            "hashes and fingerprints all agree)"
-        )
-    else:
-        lines.append(f"integrity: FAILED ({report.counts.get('integrity', 0)} problem(s))")
-        lines.extend(_failure_line(f) for f in integrity)
-    trust = report.failures_of("trust")
-    if report.trust_ok:
-        signers = ", ".join(
-            f"{t['name']} {t['key_id']}" + (f" ({t['source']})" if t.get("source") else "")
-            for t in report.trusted_by
-        )
-        lines.append(f"trust: OK (signed by pinned key {signers})")
-    else:
-        lines.append("trust: FAILED")
-        lines.extend(_failure_line(f) for f in trust)
-        if not trust:
-            lines.append("  the checkpoint could not be checked against the pinned keys")
-    for run in report.runs:
-        fp = run.fingerprint_status
-        detail = {
-            "match": f"fingerprint {run.fingerprint} recomputed: match",
-            "mismatch": f"fingerprint MISMATCH (recorded {run.fingerprint}, recomputed {run.recomputed})",
-            "redacted": f"fingerprint {run.fingerprint or '?'}: {run.fingerprint_detail}",
-            "not_ended": "not ended: no fingerprint",
-            "unavailable": "fingerprint not checked (see failures)",
-        }.get(fp, fp)
-        lines.append(f"run {run.run}: {run.status}, {run.entries} entries, {detail}")
-        for item in run.redacted:
-            fields = f" (fields: {', '.join(item['fields'])})" if item.get("fields") else ""
-            by = f" by {item['by']}: {item['reason']}" if item.get("by") else ""
-            lines.append(
-                f"  redacted: entry {item['i']} ({item['kind']}) payload {str(item['payload'])[:16]}..."
-                f"{fields}, redaction entry seq {item['redactions']}{by}"
-            )
-    for result in report.replay:
-        verdict = "matched" if result.get("matched") else (result.get("error") or "DIVERGED")
-        lines.append(f"replay {result['run']}: {verdict}")
-        produced = result.get("provenance")
-        if isinstance(produced, dict):
-            from tracelock.runtime.provenance.record import describe_differences
-
-            lines.extend(f"  {line}" for line in describe_differences(produced))
-        divergence = result.get("divergence")
-        if divergence:
-            lines.append(f"  {divergence.get('message')}")
-    lines.extend(f"note: {note}" for note in report.notes)
-    if report.dropped:
-        lines.append(f"({report.dropped} more failures not listed)")
-    lines.append("RESULT: " + ("OK" if report.ok else "FAILED (" + ", ".join(report.checks_failed()) + ")"))
-    return "\n".join(lines)
-
-
-def _failure_line(failure: Failure) -> str:
-    where = failure.where()
-    code = f" ({failure.code})" if failure.code else ""
-    return f"  [{failure.check}] {where + ': ' if where else ''}{failure.message}{code}"
-
-
-def verify_bundle_target(
-    target: Path,
-    *,
-    keys: tuple[str, ...],
-    origin: str | None,
-    allow_open: bool,
-    replay: str | None,
-    runs: tuple[str, ...],
-    as_json: bool,
-    strict_environment: bool = False,
-) -> None:
-    """``tracelock verify BUNDLE``: check a bundle offline against pinned keys; exit 1 when
-    any check fails (integrity, trust or replay)."""
-    if not keys:
-        raise UsageError(
-            "verifying a bundle needs the signer's public key, pinned: --key FILE "
-            "(.vkey, .pub or hex); a key carried inside a bundle is never trusted"
-        )
-    if target.is_dir() and (target / "store.json").is_file() and not (target / "manifest.json").exists():
-        raise UsageError(
-            f"{target} is a store, not a bundle: verify a store with `tracelock verify --store {target}`"
-        )
-    pins = load_pinned_keys(keys)
-    files = read_bundle_files(target)
-    with Progress("verify bundle", "checks") as bar:
-        report = verify_bundle(files, pins, origin=origin, allow_open=allow_open, required_runs=runs, progress=bar.update)
-    if replay is not None:
-        if report.integrity_ok:
-            from tracelock.cli.loading import import_agent
-            from tracelock.evidence.bundle_replay import replay_bundle
-
-            func, toolkits = import_agent(replay)
-            with Progress("replay bundle", "runs") as replayed:
-                for result in replay_bundle(files, func, toolkits=toolkits):
-                    report.replay.append(result)
-                    replayed.update(len(report.replay))
-                    engine = (result.get("provenance") or {}).get("engine")
-                    if strict_environment and engine:
-                        report.fail(
-                            Failure(
-                                "replay.environment",
-                                "recorded under another engine or environment: "
-                                + ", ".join(f"{item['field']} {item['recorded']} (now {item['current']})" for item in engine),
-                                run=result["run"],
-                            )
-                        )
-                    if not result["matched"]:
-                        divergence = result.get("divergence") or {}
-                        report.fail(
-                            Failure(
-                                "replay.error" if result.get("error") else "replay.diverged",
-                                result.get("error") or str(divergence.get("message")),
-                                run=result["run"],
-                            )
-                        )
-        else:
-            report.notes.append("replay skipped: the bundle failed integrity checks")
-    emit(as_json, report.to_dict(), lambda: _report_text(report))
-    if not report.ok:
-        sys.exit(EXIT_CHECK_FAILED)
 
 
 COMMANDS = [checkpoint_command, prove_command, export_command, redact_command]

@@ -22,15 +22,13 @@ import click
 from tracelock.cli.common import json_option, print_json, reports_errors, store_option
 from tracelock.cli.describe import Describer
 from tracelock.errors import TracelockError, UsageError
-from tracelock.evidence.store_verify import verify_store_checkpoints
+from tracelock.evidence.store_verdict import run_verdict, store_verdict
 from tracelock.evidence.verify import load_pinned_keys
 from tracelock.integrations.mcp.errors import missing_extra
 from tracelock.runtime.records import load_run, readable_payload
 from tracelock.runtime.runs.engine import result_from_record
 from tracelock.storage.backend import Store
-from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
-from tracelock.storage.verify import verify_run
 
 __all__ = ["COMMANDS", "StoreTools", "mcp_command"]
 
@@ -103,10 +101,11 @@ class StoreTools:
         return result_from_record(record).to_dict()
 
     def verify_run(self, run_id: str) -> dict[str, Any]:
-        """Recompute every hash and chain link of one run's entries and payloads; ``ok`` false
-        names the first problem (``issue``)."""
+        """Recompute every hash and chain link of one run's entries and payloads, then its
+        fingerprint from its entries (``fingerprint``), as ``tracelock verify RUN``; ``ok``
+        false names the first problem (``issue``) or a fingerprint mismatch."""
         with self._store() as store:
-            return verify_run(_directory(store), run_id).to_dict()
+            return run_verdict(store, run_id).document
 
     def verify_store(self, keys: list[str] | None = None, origin: str | None = None) -> dict[str, Any]:
         """Verify the whole store: every entry and payload, then the signed checkpoints (their
@@ -114,17 +113,10 @@ class StoreTools:
         their signatures) and the Merkle node files."""
         pins = load_pinned_keys(keys) if keys else []
         with self._store() as store:
-            report, verdict = verify_store_checkpoints(store, pins, origin=origin)
-        return report.to_dict() | {"checkpoint": verdict.to_dict()}
+            return store_verdict(store, pins, origin=origin).document
 
     def functions(self) -> list[Callable[..., dict[str, Any]]]:
         return [self.list_runs, self.show_run, self.retrieve, self.verify_run, self.verify_store]
-
-
-def _directory(store: Store) -> DirectoryStore:
-    if not isinstance(store, DirectoryStore):
-        raise UsageError("verify_run over MCP needs a directory store")
-    return store
 
 
 def _step(effect: dict[str, Any]) -> dict[str, Any]:

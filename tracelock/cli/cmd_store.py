@@ -1,4 +1,4 @@
-"""Commands that read the store: ``log``, ``show``, ``verify``."""
+"""Commands that read the store: ``log``, ``show``, ``store copy`` and ``store info``."""
 
 from __future__ import annotations
 
@@ -20,13 +20,9 @@ from tracelock.cli.common import (
 from tracelock.cli.describe import Describer, table
 from tracelock.cli.progress import Progress
 from tracelock.core.entry import Entry
-from tracelock.errors import UsageError
 from tracelock.evidence.history import CheckpointHistory
-from tracelock.evidence.store_verify import CheckpointVerdict, verify_store_checkpoints
-from tracelock.evidence.verify import load_pinned_keys
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.records import readable_payload
-from tracelock.runtime.replay.recompute import FingerprintCheck, recompute_fingerprint
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
 from tracelock.storage.backend import RunInfo, Store
 from tracelock.storage.copy import (
@@ -41,7 +37,6 @@ from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
 from tracelock.storage.postgres import PostgresStore
 from tracelock.storage.queue_backend import QueueBackend, QueueRow
-from tracelock.storage.verify import verify_run
 
 
 def format_ts(ms: int) -> str:
@@ -174,107 +169,6 @@ def _traceback_of(entry: Entry, bodies: dict[str, Any]) -> dict[str, str]:
     doc = bodies.get(entry.payload or "") if entry.kind == "run.traceback" else None
     trace = doc.get("traceback") if isinstance(doc, dict) else None
     return {"traceback": trace} if isinstance(trace, str) else {}
-
-
-@click.command("verify")
-@click.argument("target", required=False)
-@click.option("--key", "keys", multiple=True, help="Bundle or store: pinned public key of the signer (.vkey, .pub or hex; repeatable).")
-@click.option("--origin", default=None, help="Bundle or store: the log origin the checkpoint must name.")
-@click.option("--allow-open", is_flag=True, help="Bundle: accept runs that have not ended.")
-@click.option("--run", "runs", multiple=True, help="Bundle: a run that must be in it (repeatable).")
-@click.option("--replay", default=None, metavar="MODULE:AGENT", help="Bundle: also re-execute the agent against its runs.")
-@click.option(
-    "--strict-environment",
-    "strict_environment",
-    is_flag=True,
-    help="Bundle, with --replay: fail when a run was recorded under another engine or environment.",
-)
-@store_option
-@json_option
-@reports_errors
-def verify_command(
-    target: str | None,
-    keys: tuple[str, ...],
-    origin: str | None,
-    allow_open: bool,
-    runs: tuple[str, ...],
-    replay: str | None,
-    strict_environment: bool,
-    store_path: Path,
-    as_json: bool,
-) -> None:
-    """Verify a bundle offline (TARGET is an existing directory, .zip or .tar; needs --key),
-    or recompute every hash of one run (TARGET is a run id) or of the whole store. The whole
-    store is also checked against its signed checkpoints: their roots (integrity) and, with
-    --key, their signatures (trust). Exit 1 on any failure."""
-    if target is not None and Path(target).exists():
-        from tracelock.cli.cmd_evidence import verify_bundle_target
-
-        verify_bundle_target(
-            Path(target), keys=keys, origin=origin, allow_open=allow_open, replay=replay,
-            runs=runs, as_json=as_json, strict_environment=strict_environment,
-        )
-        return
-    if allow_open or runs or replay or (target is not None and (keys or origin)):
-        raise UsageError(f"no bundle at {target}" if target else "give the bundle to verify")
-    run_id = target
-    verdict: CheckpointVerdict | None = None
-    fingerprint_check: FingerprintCheck | None = None
-    pins = load_pinned_keys(keys) if keys else []
-    with open_for_reading(store_path) as store:
-        repairs = _repairs_note(store)
-        if run_id is None:
-            with Progress("verify", "entries", store.size()) as bar:
-                report, verdict = verify_store_checkpoints(store, pins, origin=origin, progress=bar.update)
-                bar.update(report.entries)
-        else:
-            report = verify_run(store, run_id)
-            # The fingerprint recomputed from the stored entries (spec 5.4), as for a bundle.
-            fingerprint_check = recompute_fingerprint(store, run_id) if report.ok else None
-    document = report.to_dict() | {"repairs": repairs}
-    if verdict is not None:
-        document["checkpoint"] = verdict.to_dict()
-    fingerprint_failed = False
-    if run_id is not None and fingerprint_check is not None:
-        document["fingerprint"] = fingerprint_check.to_dict()
-        fingerprint_failed = not fingerprint_check.ok
-        document["ok"] = bool(document.get("ok", report.ok)) and not fingerprint_failed
-
-    def text() -> str:
-        lines = []
-        if report.ok:
-            lines.append(
-                f"OK: {report.scope}: {report.entries} entries, {report.payloads} payloads, "
-                f"{report.redacted} redacted, every hash and chain link checks"
-            )
-        else:
-            assert report.issue is not None
-            issue = report.issue
-            where = f"seq {issue.seq}" + (f", run {issue.run}" if issue.run else "")
-            lines.append(f"FAILED: {report.scope}: [{issue.code}] at {where}: {issue.message}")
-        if verdict is not None:
-            lines.append(verdict.describe())
-            lines.extend(f"note: {note}" for note in verdict.notes)
-        if run_id is not None and fingerprint_check is not None:
-            lines.append(fingerprint_line(fingerprint_check))
-        lines.extend(f"note: {note}" for note in report.notes)
-        return "\n".join(lines)
-
-    emit(as_json, document, text)
-    if not report.ok or fingerprint_failed:
-        sys.exit(EXIT_CHECK_FAILED)
-
-
-def fingerprint_line(check: FingerprintCheck) -> str:
-    """How ``verify RUN`` reports the recomputed fingerprint."""
-    if check.status == "match":
-        return f"fingerprint {check.recorded} recomputed from the entries: match"
-    if check.status == "mismatch":
-        return (
-            f"FAILED: fingerprint MISMATCH: run.end records {check.recorded}, the entries give "
-            f"{check.recomputed or '(none)'}" + (f" ({check.detail})" if check.detail else "")
-        )
-    return f"fingerprint {check.recorded or '?'}: {check.detail}"
 
 
 @click.group("store")
@@ -418,4 +312,4 @@ def _queue_line(report: CopyReport) -> str:
     return f"run queue: {rows} copied ({states})"
 
 
-COMMANDS = [log_command, show_command, verify_command, store_group]
+COMMANDS = [log_command, show_command, store_group]

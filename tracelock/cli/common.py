@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 import click
 
 from tracelock.errors import TracelockError
-from tracelock.storage.failures import file_error
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -92,6 +91,9 @@ def reports_errors(func: F) -> F:
         except TracelockError as exc:
             report_error(exc, as_json=bool(kwargs.get("as_json")))
         except OSError as exc:
+            # Imported here: a command that never opens a store loads no storage module.
+            from tracelock.storage.failures import file_error
+
             report_error(file_error(exc, "a file could not be used"), as_json=bool(kwargs.get("as_json")))
 
     return wrapper  # type: ignore[return-value]

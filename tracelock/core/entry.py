@@ -39,6 +39,7 @@ __all__ = [
     "EntryFormatError",
     "build_entry",
     "build_next",
+    "claimed_position",
     "encode_entry",
     "entry_hash",
     "parse_entry",
@@ -287,6 +288,23 @@ def parse_entry(line: bytes) -> Entry:
         meta,
         line,
         hashlib.sha256(line).hexdigest(),
+    )
+
+
+def claimed_position(line: bytes) -> tuple[str | None, int | None]:
+    """The ``run`` and ``seq`` a malformed entry line claims, when it says (to name it in a
+    report; nothing is decided on them)."""
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    run = doc.get("run")
+    seq = doc.get("seq")
+    return (
+        run if isinstance(run, str) else None,
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
     )
 
 

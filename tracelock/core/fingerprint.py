@@ -5,6 +5,12 @@ machine. The projection keeps what decides the execution path and drops what doe
 timestamps, run ids, durations, logs, reasoning text, and the completion order of gathered
 effects (gathered effects are listed by step, which is assigned in argument order).
 See ``docs/spec.md`` section 5 for the normative definition.
+
+:func:`fingerprint_of_documents` recomputes a recorded run's fingerprint from its entries'
+payload documents (spec 5.4): the one recomputation every verifier uses (a bundle offline, a
+run in a store, the web UI's run page). Where a field redaction replaced a member by its
+marker, the member is a :class:`HiddenValue` whose hash stands for ``H(member)``; where the
+projection needs a value a redaction removed, it raises :class:`NotRecomputable`.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tracelock.core.canonical import dumps
+from tracelock.core.canonical import CanonicalError, dumps
 
 __all__ = [
     "FINGERPRINT_VERSION",
@@ -24,6 +30,11 @@ __all__ = [
     "PROJECTED_KINDS",
     "projection_of_documents",
     "fingerprint",
+    "HiddenValue",
+    "NotRecomputable",
+    "hidden_digest",
+    "is_redaction_marker",
+    "fingerprint_of_documents",
 ]
 
 FINGERPRINT_VERSION = 1
@@ -159,3 +170,52 @@ def projection_of_documents(
 def fingerprint(projection: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the canonical projection."""
     return hashlib.sha256(dumps(projection)).hexdigest()
+
+
+class HiddenValue:
+    """A redacted member: only the hash of its value is known (not JSON: a projection that
+    needs the value itself cannot be serialized)."""
+
+    __slots__ = ("hash",)
+
+    def __init__(self, digest: str) -> None:
+        self.hash = digest
+
+
+class NotRecomputable(Exception):
+    """A fingerprint needs a value a redaction removed."""
+
+
+def hidden_digest(value: Any) -> str:
+    """``H(value)``, or the hash a redaction marker kept for a :class:`HiddenValue`."""
+    if isinstance(value, HiddenValue):
+        return value.hash
+    try:
+        return value_hash(value)
+    except CanonicalError:
+        raise NotRecomputable("a redacted value is needed whole") from None
+
+
+def is_redaction_marker(value: Any) -> bool:
+    """Whether ``value`` is the marker a field redaction left in place of a member:
+    ``{"__tracelock__": "redacted", "hash": H(member)}``."""
+    return (
+        isinstance(value, dict)
+        and value.get("__tracelock__") == "redacted"
+        and isinstance(value.get("hash"), str)
+        and len(value) == 2
+    )
+
+
+def fingerprint_of_documents(documents: Iterable[tuple[str, Mapping[str, Any]]]) -> str | None:
+    """The fingerprint of a run's ``(kind, document)`` pairs (redacted members as
+    :class:`HiddenValue`); None when the run has not ended. Raises
+    :class:`NotRecomputable` where a redaction took what the projection needs, ``KeyError``
+    or ``TypeError`` where a document lacks a member the projection needs."""
+    projection = projection_of_documents(documents, hidden_digest)
+    if projection is None:
+        return None
+    try:
+        return fingerprint(projection)
+    except CanonicalError:
+        raise NotRecomputable("a redacted member is part of the projection itself") from None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import re
 import stat
 import tarfile
 import zipfile
@@ -32,6 +31,20 @@ from typing import Any, ClassVar
 from tracelock.core.canonical import dumps, loads
 from tracelock.core.entry import ADMIN_RUN, POLICY_KIND, PROVENANCE_KIND, REDACTION_KIND, Entry
 from tracelock.errors import EvidenceError
+from tracelock.evidence.bundle_files import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    CHECKPOINT,
+    ENTRIES,
+    MANIFEST,
+    MAX_BUNDLE_BYTES,
+    PAYLOAD_DIR,
+    PROOFS,
+    BundleFiles,
+    BundleFormatError,
+    bundle_kind,
+    read_bundle_files,
+)
 from tracelock.evidence.history import (
     CheckpointHistory,
     CheckpointInconsistentError,
@@ -46,8 +59,14 @@ from tracelock.storage.errors import RunNotFoundError
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "CHECKPOINT",
+    "ENTRIES",
+    "MANIFEST",
     "MAX_BUNDLE_BYTES",
+    "PAYLOAD_DIR",
+    "PROOFS",
     "BundleExistsError",
+    "BundleFiles",
     "BundleFormatError",
     "CheckpointStaleError",
     "ExportIncompleteError",
@@ -60,34 +79,17 @@ __all__ = [
     "write_bundle",
 ]
 
-BUNDLE_FORMAT = "tracelock-bundle"
-BUNDLE_VERSION = 1
-MANIFEST = "manifest.json"
-CHECKPOINT = "checkpoint.note"
-ENTRIES = "entries.jsonl"
-PROOFS = "proofs.jsonl"
-PAYLOAD_DIR = "payloads"
-#: A verifier refuses to read more than this many bytes of bundle content.
-MAX_BUNDLE_BYTES = 1 << 31
 #: Below one proof per this many leaves, proofs come from the store one by one.
 _BATCH_RATIO = 64
 #: Fixed archive metadata: the earliest time a zip can hold, mode 0644, owner root.
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 FILE_MODE = 0o644
 
-_SAFE_PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
-
 
 class BundleExistsError(EvidenceError):
     """The export destination already exists (bundles are never overwritten)."""
 
     code: ClassVar[str] = "EVIDENCE_BUNDLE_EXISTS"
-
-
-class BundleFormatError(EvidenceError):
-    """A path is not a readable bundle (missing, or an unsupported kind of file)."""
-
-    code: ClassVar[str] = "EVIDENCE_BUNDLE_FORMAT"
 
 
 class ExportRunOpenError(EvidenceError):
@@ -106,23 +108,6 @@ class CheckpointStaleError(EvidenceError):
     """The checkpoint does not cover every entry to prove; sign a newer one."""
 
     code: ClassVar[str] = "EVIDENCE_CHECKPOINT_STALE"
-
-
-def bundle_kind(path: Path) -> str:
-    """``zip``, ``tar`` or ``dir``, from the path's extension (``.zip``, ``.tar``, else a
-    directory); compressed tars are refused (their bytes depend on the compressor)."""
-    name = path.name.lower()
-    if name.endswith(".zip"):
-        return "zip"
-    if name.endswith(".tar"):
-        return "tar"
-    if name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".gz")):
-        raise BundleFormatError(
-            f"{path}: compressed archives are not bundles (their bytes depend on the "
-            "compressor); use .zip, .tar or a directory",
-            details={"path": str(path)},
-        )
-    return "dir"
 
 
 # ---------------------------------------------------------------------------------------
@@ -461,129 +446,3 @@ def export_bundle(
     )
     kind = write_bundle(files, out)
     return ExportResult(out, kind, stored, signed, files)
-
-
-# ---------------------------------------------------------------------------------------
-# Reading
-
-
-@dataclass
-class BundleFiles:
-    """The files of a bundle as read from disk, and what was wrong with the container."""
-
-    source: str
-    kind: str
-    files: dict[str, bytes]
-    problems: list[tuple[str, str]]  # (path or "", message)
-
-
-def _safe(name: str) -> bool:
-    return (
-        _SAFE_PATH.fullmatch(name) is not None
-        and all(part not in (".", "..") for part in name.split("/"))
-    )
-
-
-def read_bundle_files(path: Path, *, max_bytes: int = MAX_BUNDLE_BYTES) -> BundleFiles:
-    """Read every file of a bundle. Container problems (unsafe or duplicate names, links,
-    special files, an unreadable archive) are collected, never raised, so that verification
-    can report them; a missing path raises :class:`BundleFormatError`."""
-    path = Path(path)
-    if not path.exists():
-        raise BundleFormatError(f"no bundle at {path}", details={"path": str(path)})
-    if path.is_dir():
-        return _read_dir(path, max_bytes)
-    kind = bundle_kind(path)
-    if kind == "zip":
-        return _read_zip(path, max_bytes)
-    if kind == "tar":
-        return _read_tar(path, max_bytes)
-    raise BundleFormatError(
-        f"{path} is neither a directory, a .zip nor a .tar", details={"path": str(path)}
-    )
-
-
-def _add(result: BundleFiles, name: str, data: bytes, total: list[int], max_bytes: int) -> None:
-    if not _safe(name):
-        result.problems.append((name, "unsafe file name (absolute, '..', or unusual characters)"))
-        return
-    if name in result.files:
-        result.problems.append((name, "the file appears twice in the bundle"))
-        return
-    total[0] += len(data)
-    if total[0] > max_bytes:
-        raise BundleFormatError(f"{result.source} holds more than {max_bytes} bytes")
-    result.files[name] = data
-
-
-def _read_dir(root: Path, max_bytes: int) -> BundleFiles:
-    result = BundleFiles(str(root), "dir", {}, [])
-    total = [0]
-    for current, dirs, names in os.walk(root, followlinks=False):
-        dirs.sort()
-        base = Path(current)
-        for name in sorted(dirs):
-            if (base / name).is_symlink():
-                rel = (base / name).relative_to(root).as_posix()
-                result.problems.append((rel, "a symbolic link (bundles hold regular files only)"))
-        for name in sorted(names):
-            full = base / name
-            rel = full.relative_to(root).as_posix()
-            mode = full.lstat().st_mode
-            if not stat.S_ISREG(mode):
-                result.problems.append((rel, "not a regular file (link or special file)"))
-                continue
-            _add(result, rel, full.read_bytes(), total, max_bytes)
-    return result
-
-
-def _read_zip(path: Path, max_bytes: int) -> BundleFiles:
-    result = BundleFiles(str(path), "zip", {}, [])
-    total = [0]
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if info.is_dir():
-                    continue
-                if info.compress_type != zipfile.ZIP_STORED:
-                    result.problems.append(
-                        (
-                            info.filename,
-                            f"compressed (zip method {info.compress_type}): bundle members are "
-                            "stored uncompressed",
-                        )
-                    )
-                    continue
-                mode = info.external_attr >> 16
-                if info.create_system == 3 and mode and not stat.S_ISREG(mode):
-                    result.problems.append(
-                        (info.filename, f"not a regular file (Unix mode {mode:o}: a link or special file)")
-                    )
-                    continue
-                if info.file_size > max_bytes:
-                    raise BundleFormatError(f"{path}: {info.filename} is too large")
-                _add(result, info.filename, archive.read(info), total, max_bytes)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
-        result.problems.append(("", f"the zip archive is damaged: {exc}"))
-    return result
-
-
-def _read_tar(path: Path, max_bytes: int) -> BundleFiles:
-    result = BundleFiles(str(path), "tar", {}, [])
-    total = [0]
-    try:
-        with tarfile.open(path, mode="r:") as archive:
-            for member in archive:
-                if member.isdir():
-                    continue
-                if not member.isreg():
-                    result.problems.append((member.name, "not a regular file (link or device)"))
-                    continue
-                if member.size > max_bytes:
-                    raise BundleFormatError(f"{path}: {member.name} is too large")
-                handle = archive.extractfile(member)
-                data = handle.read() if handle is not None else b""
-                _add(result, member.name, data, total, max_bytes)
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-        result.problems.append(("", f"the tar archive is damaged: {exc}"))
-    return result

@@ -4,38 +4,31 @@ Needs nothing but the bundle and the verifier's pinned public keys: no store, no
 Integrity ("every hash, link and proof agrees") and trust ("the checkpoint is signed by a key
 the verifier pinned") are reported separately; every failure names its check, and where it
 is: the file, the run, the entry index and seq.
+
+The bundle is parsed first (:mod:`tracelock.evidence.bundle_parse`: every file read once,
+nothing decided), then checked here, check by check, in the order of the specification.
+This module imports neither the runtime nor a storage backend.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
-
-from tracelock.core.canonical import CanonicalError, dumps
 from tracelock.core.entry import (
     ADMIN_RUN,
     POLICY_KIND,
     PROVENANCE_KIND,
     REDACTION_KIND,
-    TERMINAL_KINDS,
     Entry,
-    EntryFormatError,
-    parse_entry,
 )
-from tracelock.core.fingerprint import (
-    PROJECTED_KINDS,
-)
-from tracelock.core.hashing import is_hex_digest
+from tracelock.core.inclusion import InclusionVerifier
 from tracelock.core.merkle import leaf_hash
-from tracelock.core.steps import STEP_SEQUENCE_BROKEN, run_step_issue
 from tracelock.errors import EvidenceError, ProofError
-from tracelock.evidence.bundle import (
+from tracelock.evidence.bundle_files import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
     CHECKPOINT,
@@ -46,6 +39,8 @@ from tracelock.evidence.bundle import (
     BundleFiles,
     read_bundle_files,
 )
+from tracelock.evidence.bundle_parse import ParsedBundle, parse_bundle, payload_digest
+from tracelock.evidence.bundle_runs import RunChecks, RunReport
 from tracelock.evidence.checkpoint import Checkpoint
 from tracelock.evidence.keys import KeyFileError, KeyInvalidError, PublicKey
 from tracelock.evidence.note import (
@@ -53,16 +48,7 @@ from tracelock.evidence.note import (
     NoteUntrustedError,
     NoteVerifier,
     open_note,
-    parse_note,
 )
-from tracelock.evidence.proofs import InclusionVerifier
-from tracelock.evidence.redaction import Redaction, parse_redaction
-from tracelock.runtime.replay.recompute import (
-    HiddenValue,
-    NotRecomputable,
-    fingerprint_of_documents,
-)
-from tracelock.storage.verify import claimed_position
 
 __all__ = [
     "INTEGRITY",
@@ -86,13 +72,6 @@ REPLAY = "replay"
 TRUST_CHECKS = frozenset({"checkpoint.trust", "checkpoint.origin"})
 #: Failures kept in a report (a badly damaged bundle would otherwise list every entry).
 MAX_FAILURES = 200
-
-_PAYLOAD_FILE_LEN = len(PAYLOAD_DIR) + 1 + 64 + len(".json")
-#: A proofs.jsonl line in canonical form: {"hash": hex, "proof": [hex, ...], "seq": int}.
-_PROOF_LINE = re.compile(
-    rb'\{"hash":"([0-9a-f]{64})","proof":\[((?:"[0-9a-f]{64}")(?:,"[0-9a-f]{64}")*)?\],'
-    rb'"seq":(0|[1-9][0-9]{0,15})\}'
-)
 
 
 class BundleInvalidError(EvidenceError):
@@ -233,43 +212,6 @@ class Failure:
 
 
 @dataclass
-class RunReport:
-    """What the bundle says about one run."""
-
-    run: str
-    entries: int
-    first_seq: int
-    last_seq: int
-    status: str
-    ended: bool
-    fingerprint: str | None = None
-    recomputed: str | None = None
-    fingerprint_status: str = "unavailable"
-    fingerprint_detail: str | None = None
-    redacted: list[dict[str, Any]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        """The fields a manifest's ``runs`` list holds."""
-        return {
-            "run": self.run,
-            "entries": self.entries,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "status": self.status,
-            "ended": self.ended,
-            "fingerprint": self.fingerprint,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.summary() | {
-            "recomputed": self.recomputed,
-            "fingerprint_status": self.fingerprint_status,
-            "fingerprint_detail": self.fingerprint_detail,
-            "redacted": self.redacted,
-        }
-
-
-@dataclass
 class BundleReport:
     """The outcome of :func:`verify_bundle`."""
 
@@ -363,27 +305,7 @@ class BundleReport:
 
 
 # ---------------------------------------------------------------------------------------
-# Fingerprint recomputation (spec 5.4), with redaction copies
-
-
-def _recompute(entries: Sequence[Entry], docs: dict[int, Any]) -> str:
-    """The fingerprint of a run from its entries; ``docs`` maps seq to the payload document
-    (with :class:`HiddenValue` members for redacted fields; absent when wholly redacted)."""
-    documents = []
-    for entry in entries:
-        if entry.kind not in PROJECTED_KINDS:
-            continue
-        if entry.seq not in docs:
-            raise NotRecomputable(f"the payload of entry {entry.i} ({entry.kind}) is redacted")
-        documents.append((entry.kind, docs[entry.seq]))
-    recomputed = fingerprint_of_documents(documents)
-    if recomputed is None:
-        raise KeyError("run.start or run.end")
-    return recomputed
-
-
-# ---------------------------------------------------------------------------------------
-# Verification
+# Checks over a parsed bundle
 
 
 @dataclass
@@ -392,53 +314,43 @@ class _Line:
     entry: Entry
 
 
-def _split_lines(data: bytes) -> tuple[list[bytes], bool]:
-    """Lines of a JSON-lines file, and whether it ended with a newline."""
-    if not data:
-        return [], True
-    complete = data.endswith(b"\n")
-    lines = data.split(b"\n")
-    if complete:
-        lines.pop()
-    return lines, complete
-
-
 _MANIFEST_MEMBERS = frozenset(
     ("format", "version", "checkpoint", "runs", "policies", "redacted", "signers", "files")
 )
 
 
-class _Verifier:
+class _Checker:
+    """The checks of docs/spec.md 8.3 over a :class:`ParsedBundle`, in order; each failure
+    goes to the report as it is found."""
+
     def __init__(
         self,
-        bundle: BundleFiles,
+        parsed: ParsedBundle,
         pins: Sequence[PinnedKey],
         origin: str | None,
         allow_open: bool,
         required_runs: Sequence[str],
     ) -> None:
-        self.bundle = bundle
-        self.files = bundle.files
+        self.parsed = parsed
+        self.bundle = parsed.files
+        self.files = parsed.files.files
         self.pins = list(pins)
         self.origin = origin
         self.allow_open = allow_open
         self.required_runs = list(required_runs)
-        self.report = BundleReport(bundle.source, bundle.kind)
+        self.report = BundleReport(self.bundle.source, self.bundle.kind)
         self.report.pinned = [pin.to_dict() for pin in self.pins]
+        #: The manifest once its format is accepted (its claimed signers and summary are read).
         self.manifest: dict[str, Any] | None = None
         self.checkpoint: Checkpoint | None = None
-        self.entries: list[_Line] = []
-        self.redactions: dict[str, list[tuple[Entry, Redaction]]] = {}
-        self.docs: dict[str, Any] = {}
-        #: Payloads whose file exists under its name and hashes to it (check 8): a file
-        #: that fails its hash counts as absent everywhere (docs/spec.md 8.3).
-        self.present: set[str] = set()
+        self.entries: list[_Line] = [_Line(number, entry) for number, entry in parsed.entries]
+        self.redactions = parsed.redactions
 
     def fail(self, check: str, message: str, **where: Any) -> None:
         self.report.fail(Failure(check, message, **where))
 
     # -- the container and the manifest ------------------------------------------------
-    def container(self) -> None:
+    def check_container(self) -> None:
         for name, problem in self.bundle.problems:
             self.fail("bundle.container", problem, file=name or None)
         for required in (MANIFEST, CHECKPOINT, ENTRIES, PROOFS):
@@ -447,12 +359,7 @@ class _Verifier:
         for name in sorted(self.files):
             if name in (MANIFEST, CHECKPOINT, ENTRIES, PROOFS):
                 continue
-            if not (
-                name.startswith(PAYLOAD_DIR + "/")
-                and name.endswith(".json")
-                and len(name) == _PAYLOAD_FILE_LEN
-                and is_hex_digest(name[len(PAYLOAD_DIR) + 1 : -5])
-            ):
+            if not (name.endswith(".json") and payload_digest(name) is not None):
                 self.fail(
                     "bundle.files",
                     "unexpected file (a bundle holds manifest.json, checkpoint.note, "
@@ -460,20 +367,15 @@ class _Verifier:
                     file=name,
                 )
 
-    def read_manifest(self) -> None:
-        data = self.files.get(MANIFEST)
-        if data is None:
+    def check_manifest(self) -> None:
+        parsed = self.parsed.manifest
+        if parsed is None:
             return
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            self.fail("manifest.format", f"not JSON: {exc}", file=MANIFEST)
+        if parsed.error is not None:
+            self.fail("manifest.format", f"not JSON: {parsed.error}", file=MANIFEST)
             return
-        try:
-            canonical = dumps(doc) + b"\n" == data
-        except CanonicalError:
-            canonical = False
-        if not canonical:
+        doc = parsed.doc
+        if not parsed.canonical:
             self.fail("manifest.format", "not canonical JSON (RFC 8785) ending in a newline", file=MANIFEST)
         if not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT:
             self.fail("manifest.format", f"not a {BUNDLE_FORMAT} manifest", file=MANIFEST)
@@ -528,16 +430,15 @@ class _Verifier:
                 self.fail("manifest.hash", "present in the bundle but not listed in the manifest", file=path)
 
     # -- the checkpoint ------------------------------------------------------------------
-    def read_checkpoint(self) -> None:
-        data = self.files.get(CHECKPOINT)
-        if data is None:
+    def check_checkpoint(self) -> None:
+        parsed = self.parsed.checkpoint
+        if parsed is None:
             return
-        try:
-            text, signatures = parse_note(data)
-            checkpoint = Checkpoint.from_body(text)
-        except EvidenceError as exc:
-            self.fail("checkpoint.format", exc.message, file=CHECKPOINT, code=exc.code)
+        if parsed.error is not None or parsed.checkpoint is None:
+            assert parsed.error is not None
+            self.fail("checkpoint.format", parsed.error.message, file=CHECKPOINT, code=parsed.error.code)
             return
+        checkpoint, signatures = parsed.checkpoint, parsed.signatures
         self.checkpoint = checkpoint
         self.report.checkpoint = {
             "origin": checkpoint.origin,
@@ -553,7 +454,7 @@ class _Verifier:
             except EvidenceError:
                 continue  # an origin that is not a valid key name matches no pin
         try:
-            note = open_note(data, verifiers)
+            note = open_note(parsed.data, verifiers)
         except NoteSignatureInvalidError as exc:
             self.fail(
                 "checkpoint.signature",
@@ -626,19 +527,17 @@ class _Verifier:
             self.report.claimed_signers.append(entry)
 
     # -- entries and proofs --------------------------------------------------------------
-    def read_entries(self) -> None:
-        data = self.files.get(ENTRIES)
-        if data is None:
+    def check_entries(self) -> None:
+        if ENTRIES not in self.files:
             return
-        lines, complete = _split_lines(data)
-        if not complete:
+        if not self.parsed.entries_complete:
             self.fail("entry.format", "the file does not end with a newline (truncated?)", file=ENTRIES)
         previous: Entry | None = None
-        for number, line in enumerate(lines, 1):
-            try:
-                entry = parse_entry(line)
-            except EntryFormatError as exc:
-                run, seq = claimed_position(line)
+        for line in self.parsed.entry_lines:
+            number, entry = line.number, line.entry
+            if entry is None:
+                assert line.error is not None
+                run, seq = line.claimed_run, line.claimed_seq
                 named = ", ".join(
                     part
                     for part in (
@@ -649,9 +548,9 @@ class _Verifier:
                 )
                 self.fail(
                     "entry.format",
-                    f"line {number}" + (f" ({named})" if named else "") + f": {exc.message}",
+                    f"line {number}" + (f" ({named})" if named else "") + f": {line.error.message}",
                     file=ENTRIES,
-                    code=exc.code,
+                    code=line.error.code,
                     run=run,
                     seq=seq,
                 )
@@ -667,33 +566,26 @@ class _Verifier:
                     seq=entry.seq,
                 )
             previous = entry
-            self.entries.append(_Line(number, entry))
         self.report.entries = len(self.entries)
 
     def check_proofs(self) -> None:
-        data = self.files.get(PROOFS)
-        if data is None or ENTRIES not in self.files:
+        proofs = self.parsed.proofs
+        if proofs is None or ENTRIES not in self.files:
             return
-        lines, complete = _split_lines(data)
-        if not complete:
+        if not proofs.complete:
             self.fail("proof.format", "the file does not end with a newline (truncated?)", file=PROOFS)
-        entry_lines, _ = _split_lines(self.files[ENTRIES])
-        if len(lines) != len(entry_lines):
-            self.fail(
-                "proof.format",
-                f"{len(lines)} proofs for {len(entry_lines)} entries",
-                file=PROOFS,
-            )
+        entry_lines = len(self.parsed.entry_lines)
+        if len(proofs.lines) != entry_lines:
+            self.fail("proof.format", f"{len(proofs.lines)} proofs for {entry_lines} entries", file=PROOFS)
         by_number = {item.number: item.entry for item in self.entries}
         checkpoint = self.checkpoint
         inclusion = InclusionVerifier(checkpoint.size, checkpoint.root) if checkpoint else None
-        for number, line in enumerate(lines, 1):
+        for number, proof in enumerate(proofs.lines, 1):
             entry = by_number.get(number)
             if entry is None:
                 continue
             where = {"run": entry.run, "i": entry.i, "seq": entry.seq}
-            match = _PROOF_LINE.fullmatch(line)
-            if match is None:
+            if proof is None:
                 self.fail(
                     "proof.format",
                     f"line {number}: not the canonical JSON of {{hash, proof, seq}} with hex hashes",
@@ -701,19 +593,16 @@ class _Verifier:
                     **where,
                 )
                 continue
-            digest, nodes_text, seq_text = match.groups()
-            if int(seq_text) != entry.seq or digest.decode() != entry.hash:
+            if proof.seq != entry.seq or proof.digest != entry.hash:
                 self.fail(
                     "entry.hash",
-                    f"line {number}: the proof is for seq {seq_text.decode()} with entry hash "
-                    f"{digest.decode()[:16]}..., the entry is seq {entry.seq} with hash "
+                    f"line {number}: the proof is for seq {proof.seq} with entry hash "
+                    f"{proof.digest[:16]}..., the entry is seq {entry.seq} with hash "
                     f"{entry.hash[:16]}...",
                     file=PROOFS,
                     **where,
                 )
                 continue
-            raw = bytes.fromhex(nodes_text.replace(b'","', b"")[1:-1].decode()) if nodes_text else b""
-            nodes = [raw[k : k + 32] for k in range(0, len(raw), 32)]
             if checkpoint is None or inclusion is None:
                 continue
             if entry.seq >= checkpoint.size:
@@ -725,7 +614,7 @@ class _Verifier:
                 )
                 continue
             try:
-                inclusion.verify(entry.seq, leaf_hash(entry.line), nodes)
+                inclusion.verify(entry.seq, leaf_hash(entry.line), proof.nodes)
             except ProofError as exc:
                 self.fail(
                     "entry.inclusion",
@@ -737,9 +626,9 @@ class _Verifier:
 
     # -- runs, admin entries, payloads ----------------------------------------------------
     def check_admin(self) -> None:
-        for item in self.entries:
-            entry = item.entry
-            if entry.run != ADMIN_RUN:
+        for line in self.parsed.entry_lines:
+            entry = line.entry
+            if entry is None or entry.run != ADMIN_RUN:
                 continue
             if entry.kind in (POLICY_KIND, PROVENANCE_KIND):
                 continue
@@ -754,60 +643,35 @@ class _Verifier:
                     seq=entry.seq,
                 )
                 continue
-            doc = self._payload_doc(entry.payload) if entry.payload else None
-            try:
-                redaction = parse_redaction(entry, doc)
-            except EvidenceError as exc:
+            redaction = line.redaction
+            if isinstance(redaction, EvidenceError):
                 self.fail(
-                    "redaction.format", exc.message, file=ENTRIES, run=entry.run, i=entry.i,
-                    seq=entry.seq, code=exc.code,
+                    "redaction.format", redaction.message, file=ENTRIES, run=entry.run, i=entry.i,
+                    seq=entry.seq, code=redaction.code,
                 )
                 continue
-            self.redactions.setdefault(redaction.payload, []).append((entry, redaction))
-
-    def _payload_doc(self, digest: str | None) -> Any:
-        if digest is None:
-            return None
-        if digest in self.docs:
-            return self.docs[digest]
-        data = self.files.get(f"{PAYLOAD_DIR}/{digest}.json")
-        if data is None or hashlib.sha256(data).hexdigest() != digest:
-            return None
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return None
-        self.docs[digest] = doc
-        return doc
 
     def check_payloads(self) -> None:
         referenced: dict[str, Entry] = {}
         for item in self.entries:
             if item.entry.payload is not None:
                 referenced.setdefault(item.entry.payload, item.entry)
-        present: set[str] = set()
-        for name, data in sorted(self.files.items()):
-            if not name.startswith(PAYLOAD_DIR + "/") or len(name) != _PAYLOAD_FILE_LEN:
-                continue
-            digest = name[len(PAYLOAD_DIR) + 1 : -5]
-            if not is_hex_digest(digest):
-                continue
-            actual = hashlib.sha256(data).hexdigest()
-            if actual != digest:
+        present = self.parsed.present
+        for name, payload in self.parsed.payloads.items():
+            digest = payload.digest
+            if not payload.intact:
                 user = referenced.get(digest)
                 self.fail(
                     "payload.hash",
-                    f"the file's bytes hash to {actual}, not to its name",
+                    f"the file's bytes hash to {payload.actual}, not to its name",
                     file=name,
                     run=user.run if user else None,
                     i=user.i if user else None,
                     seq=user.seq if user else None,
                 )
                 continue
-            present.add(digest)
             if digest not in referenced:
                 self.fail("payload.unreferenced", "no entry of the bundle refers to this payload", file=name)
-        self.present = present
         self.report.payloads = len(present & set(referenced))
         redacted = 0
         for digest, entry in referenced.items():
@@ -826,182 +690,10 @@ class _Verifier:
             )
         self.report.redacted = redacted
 
-    def _doc_for(self, entry: Entry) -> tuple[str, Any, Redaction | None]:
-        """(state, document, redaction) of an entry's payload. States: ``none`` (no
-        payload), ``present``, ``copy`` (a field redaction: its copy, redacted members
-        hidden), ``redacted`` (wholly), ``missing`` (absent or damaged: reported elsewhere)."""
-        digest = entry.payload
-        if digest is None:
-            return "none", None, None
-        doc = self._payload_doc(digest)
-        if digest in self.docs:
-            return "present", doc, None
-        if digest in self.present:
-            return "missing", None, None  # its bytes hash right but are not a JSON document
-        records = [r for _, r in self.redactions.get(digest, [])]
-        if not records:
-            return "missing", None, None
-        with_copy = [r for r in records if r.copy is not None and r.fields]
-        if with_copy:
-            redaction = with_copy[-1]
-            assert redaction.copy is not None and redaction.fields is not None
-            copy = dict(redaction.copy)
-            for name in redaction.fields:
-                copy[name] = HiddenValue(copy[name]["hash"])
-            return "copy", copy, redaction
-        return "redacted", None, records[-1]
-
     def check_runs(self) -> None:
-        by_run: dict[str, list[Entry]] = {}
-        for item in self.entries:
-            if item.entry.run != ADMIN_RUN:
-                by_run.setdefault(item.entry.run, []).append(item.entry)
-        registered = {
-            (item.entry.kind, item.entry.payload)
-            for item in self.entries
-            if item.entry.run == ADMIN_RUN and item.entry.kind in (POLICY_KIND, PROVENANCE_KIND)
-        }
-        if not by_run and ENTRIES in self.files:
-            self.fail("run.missing", "the bundle holds no run", file=ENTRIES)
-        for run in self.required_runs:
-            if run not in by_run:
-                self.fail("run.missing", f"run {run} is not in the bundle", run=run)
-        for run in sorted(by_run):
-            entries = by_run[run]
-            report = self._check_run(run, entries)
-            self.report.runs.append(report)
-            start = entries[0]
-            if start.kind == "run.start":
-                _, doc, _ = self._doc_for(start)
-                for member, kind in (("policy", POLICY_KIND), ("provenance", PROVENANCE_KIND)):
-                    named = doc.get(member) if isinstance(doc, dict) else None
-                    if isinstance(named, str) and (kind, named) not in registered:
-                        self.fail(
-                            f"{member}.missing",
-                            f"the run's start names {member} {named}, whose {kind} entry is not "
-                            "in the bundle",
-                            run=run,
-                            i=0,
-                            seq=start.seq,
-                        )
-
-    def _check_run(self, run: str, entries: list[Entry]) -> RunReport:
-        ended_at = next((k for k, e in enumerate(entries) if e.kind in TERMINAL_KINDS), None)
-        status = "created"
-        for entry in entries:
-            value = (entry.meta or {}).get("status")
-            if isinstance(value, str):
-                status = value
-        report = RunReport(
-            run=run,
-            entries=len(entries),
-            first_seq=entries[0].seq,
-            last_seq=entries[-1].seq,
-            status=status,
-            ended=ended_at is not None,
-        )
-        chain_ok = True
-        previous: Entry | None = None
-        for position, entry in enumerate(entries):
-            problem = None
-            if entry.i != position:
-                problem = (
-                    f"expected entry {position}, found entry {entry.i} "
-                    + ("(the run's first entries are missing)" if position == 0 else "(entries are missing, inserted or reordered)")
-                )
-            elif previous is not None and entry.prev != previous.hash:
-                problem = f"prev does not match the hash of entry {previous.i}"
-            elif previous is not None and previous.kind in TERMINAL_KINDS:
-                problem = "an entry follows the run's run.end"
-            if problem is not None:
-                chain_ok = False
-                self.fail("run.chain", problem, file=ENTRIES, run=run, i=entry.i, seq=entry.seq)
-                break
-            previous = entry
-        if ended_at is None:
-            if self.allow_open:
-                self.report.notes.append(f"run {run} has not ended (status {status}): accepted (--allow-open)")
-            else:
-                self.fail(
-                    "run.open",
-                    f"the run has no run.end (status {status}): its last entries may have been "
-                    "removed; pass --allow-open to accept runs that have not ended",
-                    file=ENTRIES,
-                    run=run,
-                    i=entries[-1].i,
-                    seq=entries[-1].seq,
-                )
-        docs: dict[int, Any] = {}
-        missing = False
-        steps: list[tuple[Entry, Any]] = []
-        for entry in entries:
-            state, doc, redaction = self._doc_for(entry)
-            if state in ("none", "present", "copy"):
-                docs[entry.seq] = doc
-            # A step hidden by a field redaction is a HiddenValue: a step not seen.
-            steps.append((entry, doc if state in ("present", "copy") else None))
-            missing = missing or state == "missing"
-            if redaction is not None:
-                records = self.redactions.get(entry.payload or "", [])
-                report.redacted.append(
-                    {
-                        "i": entry.i,
-                        "seq": entry.seq,
-                        "kind": entry.kind,
-                        "payload": entry.payload,
-                        "fields": list(redaction.fields) if redaction and redaction.fields else None,
-                        "redactions": [r_entry.seq for r_entry, _ in records],
-                        "by": redaction.by if redaction else None,
-                        "reason": redaction.reason if redaction else None,
-                    }
-                )
-        if chain_ok:
-            issue = run_step_issue(steps)
-            if issue is not None:
-                i = next(entry.i for entry in entries if entry.seq == issue.seq)
-                self.fail(
-                    "run.steps", issue.message, file=ENTRIES, run=run, i=i, seq=issue.seq,
-                    code=STEP_SEQUENCE_BROKEN,
-                )
-        if ended_at is None or not chain_ok or missing:
-            report.fingerprint_status = "not_ended" if ended_at is None else "unavailable"
-            return report
-        end = entries[ended_at]
-        end_doc = docs.get(end.seq)
-        recorded = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
-        report.fingerprint = recorded if isinstance(recorded, str) else None
-        if report.fingerprint is None:
-            report.fingerprint_status = "redacted"
-            report.fingerprint_detail = "the run.end payload (with the recorded fingerprint) is redacted"
-            return report
-        try:
-            report.recomputed = _recompute(entries, docs)
-        except NotRecomputable as exc:
-            report.fingerprint_status = "redacted"
-            report.fingerprint_detail = f"not recomputable: {exc}"
-            return report
-        except (KeyError, TypeError, AttributeError) as exc:
-            report.fingerprint_status = "mismatch"
-            self.fail(
-                "fingerprint.recompute",
-                f"the run's payloads do not have the members a fingerprint needs ({exc!r})",
-                run=run,
-            )
-            return report
-        if report.recomputed == report.fingerprint:
-            report.fingerprint_status = "match"
-        else:
-            report.fingerprint_status = "mismatch"
-            self.fail(
-                "fingerprint.mismatch",
-                f"the fingerprint recomputed from the entries is {report.recomputed}, run.end "
-                f"records {report.fingerprint}",
-                file=ENTRIES,
-                run=run,
-                i=end.i,
-                seq=end.seq,
-            )
-        return report
+        self.report.runs = RunChecks(
+            self.parsed, self.fail, self.report.notes, allow_open=self.allow_open, required_runs=self.required_runs
+        ).check()
 
     # -- the manifest's summary ------------------------------------------------------------
     def check_summary(self) -> None:
@@ -1057,7 +749,7 @@ class _Verifier:
                 for digest in {
                     item.entry.payload for item in self.entries if item.entry.payload
                 }
-                if digest in self.redactions and digest not in self.present
+                if digest in self.redactions and digest not in self.parsed.present
             ),
             key=lambda item: str(item["payload"]),
         )
@@ -1069,14 +761,14 @@ class _Verifier:
             )
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> BundleReport:
-        stages = [
-            self.container, self.read_manifest, self.read_checkpoint, self.read_entries, self.check_proofs,
-            self.check_admin, self.check_payloads, self.check_runs, self.check_summary,
+        checks = [
+            self.check_container, self.check_manifest, self.check_checkpoint, self.check_entries,
+            self.check_proofs, self.check_admin, self.check_payloads, self.check_runs, self.check_summary,
         ]
-        for done, stage in enumerate(stages, 1):
-            stage()
+        for done, check in enumerate(checks, 1):
+            check()
             if progress is not None:
-                progress(done, len(stages))
+                progress(done, len(checks))
         return self.report
 
 
@@ -1095,4 +787,4 @@ def verify_bundle(
     have not ended; ``required_runs`` must all be in the bundle. ``progress`` is called with
     (checks done, checks) after each of the checks."""
     files = bundle if isinstance(bundle, BundleFiles) else read_bundle_files(Path(bundle))
-    return _Verifier(files, pinned, origin, allow_open, required_runs).run(progress)
+    return _Checker(parse_bundle(files), pinned, origin, allow_open, required_runs).run(progress)

@@ -42,7 +42,7 @@ from tracelock.errors import StoreError
 from tracelock.storage.backend import NO_PAYLOAD, Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
-__all__ = ["RunRecord", "load_run", "readable_payload", "RunJournal", "merge_effect", "audit_traceback"]
+__all__ = ["RunRecord", "load_run", "readable_payload", "redaction_copy", "RunJournal", "merge_effect", "audit_traceback"]
 
 START = "run.start"
 EFFECT = "effect"
@@ -176,7 +176,7 @@ def readable_payload(store: Store, digest: str) -> tuple[str, Any]:
         return "present", store.get_payload(digest)
     except (PayloadRedactedError, PayloadMissingError) as exc:
         state = "redacted" if isinstance(exc, PayloadRedactedError) else "missing"
-        copy = _redaction_copy(store, digest) if state == "redacted" else None
+        copy = redaction_copy(store, digest) if state == "redacted" else None
         if copy is not None:
             return "copy", copy
         return state, {"__tracelock__": state, "hash": digest}
@@ -194,7 +194,7 @@ def _payload(store: Store, entry: Entry, record: RunRecord, present: dict[str, b
     return doc
 
 
-def _redaction_copy(store: Store, digest: str) -> dict[str, Any] | None:
+def redaction_copy(store: Store, digest: str) -> dict[str, Any] | None:
     """The readable copy a field redaction kept of a redacted payload (its redacted members
     replaced by markers), from the admin chain's ``payload.redact`` entries; None if none."""
     try:

@@ -33,6 +33,7 @@ from tracelock.core.entry import (
     ChainChecker,
     ChainIssue,
     EntryFormatError,
+    claimed_position,
     parse_entry,
 )
 from tracelock.core.steps import STEP_KINDS, RunSteps, StepChecker, opens_run, step_number
@@ -68,7 +69,7 @@ REDACTION_KIND_BYTES = REDACTION_KIND.encode()
 _OPENS, _CLOSES = "", "run.end"
 _STEP_ACTIONS = {kind.encode(): kind for kind in STEP_KINDS} | {b"run.start": _OPENS, TERMINAL_KIND_BYTES: _CLOSES}
 
-__all__ = ["INDEX_TAMPERED", "VerifyReport", "claimed_position", "verify_run", "verify_store"]
+__all__ = ["INDEX_TAMPERED", "VerifyReport", "verify_run", "verify_store"]
 
 #: The issue code of an index that contradicts the journal.
 INDEX_TAMPERED = "STORE_INDEX_TAMPERED"
@@ -939,23 +940,6 @@ class _StoreScan:
                 "redaction entry records it",
             )
         return report
-
-
-def claimed_position(line: bytes) -> tuple[str | None, int | None]:
-    """The ``run`` and ``seq`` a malformed entry line claims, when it says (to name it in a
-    report; nothing is decided on them)."""
-    try:
-        doc = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None, None
-    if not isinstance(doc, dict):
-        return None, None
-    run = doc.get("run")
-    seq = doc.get("seq")
-    return (
-        run if isinstance(run, str) else None,
-        seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
-    )
 
 
 def _document(data: bytes) -> Any:

@@ -39,6 +39,7 @@ from tracelock.core.entry import (
     ChainIssue,
     Entry,
     EntryFormatError,
+    claimed_position,
     parse_entry,
 )
 from tracelock.core.merkle import leaf_hash
@@ -46,7 +47,7 @@ from tracelock.core.steps import STEP_KINDS, StepChecker
 from tracelock.errors import StoreError
 from tracelock.storage.merkle_stream import MerkleStream
 from tracelock.storage.run_fold import RunRow, row_difference
-from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport, claimed_position
+from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport
 
 if TYPE_CHECKING:
     from tracelock.storage.postgres.store import PostgresStore

@@ -14,9 +14,12 @@ from typing import Any
 
 from tracelock.cli.describe import Describer
 from tracelock.core.entry import ADMIN_RUN, Entry, valid_run_id
-from tracelock.core.fingerprint import fingerprint
+from tracelock.core.fingerprint import (
+    PROJECTED_KINDS,
+    fingerprint_of_documents,
+    projection_of_documents,
+)
 from tracelock.runtime.records import RunRecord, load_run
-from tracelock.runtime.replay.compare import projection_of
 from tracelock.storage.backend import RunInfo, Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError, RunNotFoundError
 from tracelock.web.errors import UiNotFoundError
@@ -202,12 +205,15 @@ def load_run_view(store: Store, run_id: str, *, forks: bool = True) -> RunView:
     unreadable: list[dict[str, Any]] = []
     lifecycle: list[LifecycleEvent] = []
     times: dict[int, tuple[int, int | None]] = {}
+    documents: list[tuple[str, Any]] = []  # what the fingerprint is recomputed from
     previous_ts = record.entries[0].ts if record.entries else 0
     for entry in record.entries:
         doc, state = _read(store, entry)
         if state in ("redacted", "missing"):
             unreadable.append({"i": entry.i, "kind": entry.kind, "state": state, "payload": entry.payload})
             doc = {_MARK: state, "hash": entry.payload}
+        elif entry.kind in PROJECTED_KINDS and state == "present":
+            documents.append((entry.kind, doc))
         summary = describer(entry, doc if state != "none" else None)
         timeline.append({"i": entry.i, "seq": entry.seq, "ts": entry.ts, "kind": entry.kind, "hash": entry.hash, "summary": summary, "state": state})
         step = doc.get("step") if isinstance(doc, dict) else None
@@ -227,8 +233,8 @@ def load_run_view(store: Store, run_id: str, *, forks: bool = True) -> RunView:
     projection: dict[str, Any] | None = None
     recomputed: str | None = None
     if record.end is not None and not record.redacted and record.start:
-        projection = projection_of(record)
-        recomputed = fingerprint(projection)
+        projection = projection_of_documents(documents)
+        recomputed = fingerprint_of_documents(documents)
     view = RunView(
         info=info,
         record=record,

@@ -1,11 +1,11 @@
 """Verification for people: the latest signed checkpoint and which pinned key signed it,
 one run's chain and Merkle inclusion, and "verify now" over the whole store.
 
-Every check is the library's own: ``verify_store_checkpoints`` (what ``tracelock verify``
-runs on a store), ``verify_run``, the store's inclusion proofs checked with
-``verify_inclusion`` against the checkpoint's signed root (what ``tracelock prove``
-prints), ``open_note`` for a checkpoint's signature, on either backend (a PostgreSQL store
-keeps its checkpoint history in a table: ``CheckpointHistory.of``).
+Every verdict is the verification service's (:mod:`tracelock.evidence.store_verdict`), the
+one ``tracelock verify`` and ``tracelock prove`` print: ``store_verdict`` for "verify now",
+``run_proof_verdict`` for a run's inclusion proofs, beside ``verify_run`` for its chain and
+``open_note`` for a checkpoint's signature, on either backend (a PostgreSQL store keeps its
+checkpoint history in a table: ``CheckpointHistory.of``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelock.core.merkle import leaf_hash, verify_inclusion
-from tracelock.errors import EvidenceError, ProofError
+from tracelock.errors import EvidenceError
 from tracelock.evidence.history import CheckpointHistory, StoredCheckpoint
 from tracelock.evidence.note import (
     NoteSignatureInvalidError,
@@ -23,7 +22,7 @@ from tracelock.evidence.note import (
     NoteVerifier,
     open_note,
 )
-from tracelock.evidence.store_verify import verify_store_checkpoints
+from tracelock.evidence.store_verdict import checkpoints_line, run_proof_verdict, store_verdict
 from tracelock.evidence.verify import PinnedKey
 from tracelock.storage.backend import Store
 from tracelock.storage.errors import RunNotFoundError
@@ -118,7 +117,6 @@ def prove_run(store: Store, run_id: str) -> RunProof:
     check_run_id(run_id)
     try:
         report = verify_run(store, run_id)
-        entries = store.entries(run_id)
     except RunNotFoundError:
         raise UiNotFoundError(f"no run {run_id!r} in this store", details={"run": run_id}) from None
     latest = CheckpointHistory.of(store).latest()
@@ -131,23 +129,13 @@ def prove_run(store: Store, run_id: str) -> RunProof:
     if latest is None:
         proof.error = "no checkpoint to prove inclusion against: sign one with `tracelock checkpoint`"
         return proof
-    if store.tree_size() < latest.size or store.tree_root(latest.size) != latest.root:
-        proof.error = (
-            f"the journal's first {latest.size} entries do not have the root checkpoint {latest.number} signed: "
-            "run `tracelock verify` for the details"
-        )
-        return proof
-    for entry in entries:
-        if entry.seq >= latest.size:
-            proof.uncovered.append(entry.seq)
-            continue
-        path = store.inclusion_proof(entry.seq, latest.size)
-        try:
-            verify_inclusion(entry.seq, latest.size, leaf_hash(entry.line), path, latest.root)
-            verified = True
-        except ProofError:
-            verified = False
-        proof.proofs.append({"seq": entry.seq, "i": entry.i, "kind": entry.kind, "hashes": len(path), "verified": verified})
+    verdict = run_proof_verdict(store, run_id, latest.number)
+    proof.proofs = [
+        {"seq": p["seq"], "i": p["i"], "kind": p["kind"], "hashes": len(p["proof"]), "verified": p["verified"]}
+        for p in verdict.document["proofs"]
+    ]
+    proof.uncovered = list(verdict.document["uncovered"])
+    proof.error = verdict.document["error"]
     return proof
 
 
@@ -165,20 +153,22 @@ class StoreVerdict:
 def verify_now(store: Store, pins: Sequence[PinnedKey]) -> StoreVerdict:
     """Every hash and chain link of the store, its checkpoints' roots and (with pinned
     keys) signatures, and its caches: ``tracelock verify`` over the store."""
-    report, verdict = verify_store_checkpoints(store, pins)
+    verdict = store_verdict(store, pins)
+    report = verdict.document
     failure = None
-    if report.issue is not None:
-        issue = report.issue
-        where = f"seq {issue.seq}" + (f", run {issue.run}" if issue.run else "")
-        failure = f"[{issue.code}] at {where}: {issue.message}"
+    if verdict.failures:
+        first = verdict.failures[0]
+        where = f"seq {first.seq}" + (f", run {first.run}" if first.run else "")
+        failure = f"[{first.code}] at {where}: {first.message}"
     summary = (
-        f"{report.entries} entries, {report.payloads} payloads ({report.redacted} redacted), {report.runs} runs: "
-        + ("every hash and chain link checks" if report.ok else "FAILED")
+        f"{report['entries']} entries, {report['payloads']} payloads ({report['redacted']} redacted), {report['runs']} runs: "
+        + ("every hash and chain link checks" if verdict.ok else "FAILED")
     )
+    checkpoint = dict(report["checkpoint"])
     return StoreVerdict(
-        ok=report.ok,
-        report=report.to_dict(),
-        checkpoint=verdict.to_dict() | {"describe": verdict.describe()},
+        ok=verdict.ok,
+        report={key: value for key, value in report.items() if key != "checkpoint"},
+        checkpoint=checkpoint | {"describe": checkpoints_line(verdict)},
         summary=summary,
         failure=failure,
     )

@@ -1,10 +1,11 @@
-"""Recomputing a recorded run's fingerprint from its stored entries (docs/spec.md 5.4),
-as bundle verification does offline: ``tracelock verify RUN`` on the local store.
+"""Recomputing the fingerprint of a run in a store from its stored entries (docs/spec.md
+5.4), as bundle verification does offline: ``tracelock verify RUN``.
 
-Where a field redaction replaced a member by its marker, the marker's hash stands for
-``H(member)``; where a payload the projection needs is wholly redacted (or a marker sits
-where the projection needs the value itself), the fingerprint is reported as not
-recomputable (``redacted``), which is not a failure.
+The recomputation itself is :func:`tracelock.core.fingerprint.fingerprint_of_documents`;
+this module reads the documents from the store. Where a field redaction replaced a member
+by its marker, the marker's hash stands for ``H(member)``; where a payload the projection
+needs is wholly redacted (or a marker sits where the projection needs the value itself),
+the fingerprint is reported as not recomputable (``redacted``), which is not a failure.
 """
 
 from __future__ import annotations
@@ -12,18 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tracelock.core.canonical import CanonicalError
 from tracelock.core.fingerprint import (
     PROJECTED_KINDS,
-    fingerprint,
-    projection_of_documents,
-    value_hash,
+    HiddenValue,
+    NotRecomputable,
+    fingerprint_of_documents,
+    is_redaction_marker,
 )
-from tracelock.runtime.records import _redaction_copy
+from tracelock.runtime.records import redaction_copy
 from tracelock.storage.backend import Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
-__all__ = ["FingerprintCheck", "HiddenValue", "NotRecomputable", "fingerprint_of_documents", "hidden_digest", "recompute_fingerprint"]
+__all__ = ["FingerprintCheck", "recompute_fingerprint"]
+
 
 @dataclass
 class FingerprintCheck:
@@ -50,60 +52,14 @@ class FingerprintCheck:
         }
 
 
-class HiddenValue:
-    """A redacted member: only the hash of its value is known (not JSON: a projection that
-    needs the value itself cannot be serialized)."""
-
-    __slots__ = ("hash",)
-
-    def __init__(self, digest: str) -> None:
-        self.hash = digest
-
-
-class NotRecomputable(Exception):
-    """A fingerprint needs a value a redaction removed."""
-
-
-def hidden_digest(value: Any) -> str:
-    """``H(value)``, or the hash a redaction marker kept for a :class:`HiddenValue`."""
-    if isinstance(value, HiddenValue):
-        return value.hash
-    try:
-        return value_hash(value)
-    except CanonicalError:
-        raise NotRecomputable("a redacted value is needed whole") from None
-
-
-def fingerprint_of_documents(documents: list[tuple[str, Any]]) -> str | None:
-    """The fingerprint of a run's ``(kind, document)`` pairs (redacted members as
-    :class:`HiddenValue`); None when the run has not ended. Raises
-    :class:`NotRecomputable` where a redaction took what the projection needs."""
-    projection = projection_of_documents(documents, hidden_digest)
-    if projection is None:
-        return None
-    try:
-        return fingerprint(projection)
-    except CanonicalError:
-        raise NotRecomputable("a redacted member is part of the projection itself") from None
-
-
-def _is_marker(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and value.get("__tracelock__") == "redacted"
-        and isinstance(value.get("hash"), str)
-        and len(value) == 2
-    )
-
-
 def _document(store: Store, digest: str) -> dict[str, Any]:
     try:
         doc = store.get_payload(digest)
     except PayloadRedactedError:
-        copy = _redaction_copy(store, digest)
+        copy = redaction_copy(store, digest)
         if copy is None:
             raise NotRecomputable(f"payload {digest} is wholly redacted") from None
-        return {key: HiddenValue(value["hash"]) if _is_marker(value) else value for key, value in copy.items()}
+        return {key: HiddenValue(value["hash"]) if is_redaction_marker(value) else value for key, value in copy.items()}
     except PayloadMissingError:
         raise NotRecomputable(f"payload {digest} is missing") from None
     if not isinstance(doc, dict):
@@ -125,7 +81,7 @@ def recompute_fingerprint(store: Store, run_id: str) -> FingerprintCheck:
                 try:
                     end_doc = store.get_payload(entry.payload)
                 except (PayloadRedactedError, PayloadMissingError):
-                    end_doc = _redaction_copy(store, entry.payload)
+                    end_doc = redaction_copy(store, entry.payload)
                 found = end_doc.get("fingerprint") if isinstance(end_doc, dict) else None
                 recorded = found if isinstance(found, str) else None
             documents.append((entry.kind, _document(store, entry.payload)))
