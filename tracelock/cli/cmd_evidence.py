@@ -29,9 +29,8 @@ from tracelock.evidence.history import (
 )
 from tracelock.evidence.redaction import parse_step, redact
 from tracelock.evidence.store_verdict import consistency_verdict, run_proof_verdict
-from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.backend import Store
 from tracelock.storage.open import open_store
-from tracelock.storage.postgres import PostgresStore
 
 
 def _signing_key(path: Path | None, *, required: bool) -> SigningKey | None:
@@ -51,7 +50,7 @@ def _signing_key(path: Path | None, *, required: bool) -> SigningKey | None:
     return load_signing_key(path)
 
 
-def _open_reader(store_path: Path) -> DirectoryStore | PostgresStore:
+def _open_reader(store_path: Path) -> Store:
     """The store, read-only as far as its journal goes: the evidence commands add only
     checkpoints (and the Merkle cache), which every backend keeps beside the journal."""
     return open_store(store_path, create=False, read_only=True)

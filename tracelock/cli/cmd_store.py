@@ -33,9 +33,7 @@ from tracelock.storage.copy import (
     refuse_destination,
     verify_copy,
 )
-from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.open import open_store
-from tracelock.storage.postgres import PostgresStore
 from tracelock.storage.queue_backend import QueueBackend, QueueRow
 
 
@@ -45,11 +43,11 @@ def format_ts(ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def open_for_reading(store_path: Path) -> DirectoryStore | PostgresStore:
+def open_for_reading(store_path: Path) -> Store:
     return open_store(store_path, create=False, read_only=True)
 
 
-def _repairs_note(store: DirectoryStore | PostgresStore) -> list[dict[str, Any]]:
+def _repairs_note(store: Store) -> list[dict[str, Any]]:
     repairs = [repair.to_dict() for repair in store.repairs]
     for repair in repairs:
         click.echo(
@@ -60,11 +58,11 @@ def _repairs_note(store: DirectoryStore | PostgresStore) -> list[dict[str, Any]]
     return repairs
 
 
-def _damage_warning(store: DirectoryStore | PostgresStore) -> dict[str, Any] | None:
+def _damage_warning(store: Store) -> dict[str, Any] | None:
     """Warn (on stderr) when the open stopped at damage in a directory store's journal (what
     a writer refuses to open with, ``JOURNAL_CORRUPT``): what is shown is read up to it
     only. Returns the damage for ``--json`` (None when there is none)."""
-    damage = store.damage if isinstance(store, DirectoryStore) else None
+    damage = store.damage
     if damage is None:
         return None
     click.echo(
@@ -237,7 +235,7 @@ def store_info_command(store_path: Path, as_json: bool) -> None:
 
 
 def _backend_name(store: Store) -> str:
-    return "postgresql" if isinstance(store, PostgresStore) else "directory"
+    return store.backend
 
 
 def _size(count: int) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
 from tracelock.core.canonical import Encoded, dumps
 from tracelock.core.entry import Entry
@@ -189,6 +189,10 @@ class Store(Protocol):
     def repairs(self) -> list[Repair]: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
     # -- writing -----------------------------------------------------------------------
     def append(

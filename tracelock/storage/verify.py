@@ -18,7 +18,6 @@ import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
@@ -60,6 +59,7 @@ from tracelock.storage.directory.synced_mark import MARK_FILE, SyncedMark
 from tracelock.storage.errors import JournalCorruptError, SegmentCorruptError
 from tracelock.storage.merkle_stream import MerkleStream
 from tracelock.storage.run_fold import RunRow, row_difference
+from tracelock.storage.verify_report import INDEX_TAMPERED, VerifyReport
 
 ADMIN_RUN_BYTES = ADMIN_RUN.encode()
 REDACTION_KIND_BYTES = REDACTION_KIND.encode()
@@ -71,8 +71,6 @@ _STEP_ACTIONS = {kind.encode(): kind for kind in STEP_KINDS} | {b"run.start": _O
 
 __all__ = ["INDEX_TAMPERED", "VerifyReport", "verify_run", "verify_store"]
 
-#: The issue code of an index that contradicts the journal.
-INDEX_TAMPERED = "STORE_INDEX_TAMPERED"
 
 _SEEN_CACHE = 1 << 16
 # The scan's payload cache is two generations of dicts (see ``_StoreScan``), each at most
@@ -139,35 +137,6 @@ _RECORD_LINE = re.compile(
 _HEX64 = re.compile(rb"[0-9a-f]{64}")
 _PAYLOAD_MARK = ord("=")
 _LEAF_PREFIX = b"\x00"  # RFC 9162 leaf hash: SHA-256(0x00 || entry line)
-
-
-@dataclass
-class VerifyReport:
-    """The outcome of a verification: ``ok`` and, when not, the first problem found."""
-
-    scope: str
-    entries: int = 0
-    payloads: int = 0
-    redacted: int = 0
-    runs: int = 0
-    issue: ChainIssue | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.issue is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "scope": self.scope,
-            "entries": self.entries,
-            "payloads": self.payloads,
-            "redacted": self.redacted,
-            "runs": self.runs,
-            "issue": None if self.issue is None else self.issue.to_dict(),
-            "notes": list(self.notes),
-        }
 
 
 def _issue(code: str, seq: int, run: str | None, message: str) -> ChainIssue:

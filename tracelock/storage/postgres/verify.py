@@ -47,7 +47,7 @@ from tracelock.core.steps import STEP_KINDS, StepChecker
 from tracelock.errors import StoreError
 from tracelock.storage.merkle_stream import MerkleStream
 from tracelock.storage.run_fold import RunRow, row_difference
-from tracelock.storage.verify import INDEX_TAMPERED, VerifyReport
+from tracelock.storage.verify_report import INDEX_TAMPERED, VerifyReport
 
 if TYPE_CHECKING:
     from tracelock.storage.postgres.store import PostgresStore
