@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import allow, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import allow, record_of, runtime_at
 from tracelock.core.fingerprint import value_hash
 from tracelock.errors import StoreError, TracelockError
 from tracelock.evidence.redaction import redact

@@ -25,7 +25,7 @@ from tracelock.runtime.runtime import Runtime
 from tracelock.storage.directory.queue import QUEUE_FILE
 from tracelock.storage.postgres.queue import QUEUE_MIGRATIONS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 #: The tools of the queue tests' agents, and a daily budget of five effects per tenant.
 BUDGET_POLICY = """\

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from runtime_helpers import Ids, allow, assert_store_ok, effect_of, runtime_at
 
+from tests.runtime.runtime_helpers import Ids, allow, assert_store_ok, effect_of, runtime_at
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.outcomes import Outcome, lookup_code
 from tracelock.runtime.policy.sandbox import FS_OPERATIONS, Sandbox

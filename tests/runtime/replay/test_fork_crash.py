@@ -24,7 +24,7 @@ from tracelock.runtime.runtime import Runtime
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.verify import verify_store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _lines(counters: Path, tool: str) -> list[str]:

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import Ids, allow, assert_store_ok, journal_on_disk, runtime_at, steps_on_disk
+
+from tests.runtime.runtime_helpers import (
+    Ids,
+    allow,
+    assert_store_ok,
+    journal_on_disk,
+    runtime_at,
+    steps_on_disk,
+)
 
 POLICY = allow("lookup", "pay", "check", "upsert")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 from tracelock.core.fingerprint import value_hash
 from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent, WorkflowError, WorkflowStep
 from tracelock.runtime.runtime import Runtime

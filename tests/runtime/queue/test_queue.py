@@ -20,7 +20,7 @@ from tracelock.runtime.queue import QueueRunError, QueueTimeoutError, Worker
 from tracelock.runtime.queue.backends import queue_for
 from tracelock.runtime.runtime import Runtime
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

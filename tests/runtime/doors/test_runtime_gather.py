@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 from tracelock.runtime.errors import DivergenceError, StepError
 from tracelock.runtime.runtime import RunResult, Runtime
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 from tracelock.runtime.doors.routing import candidates_for
 from tracelock.runtime.errors import AgentDefinitionError
 from tracelock.runtime.runtime import Runtime

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import pytest
-from runtime_helpers import allow, effect_of, runtime_at
 
+from tests.runtime.runtime_helpers import allow, effect_of, runtime_at
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.tools.tools import (
     RetryPolicy,

@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import Sleeps, allow, assert_store_ok, effect_of, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import (
+    Sleeps,
+    allow,
+    assert_store_ok,
+    effect_of,
+    record_of,
+    runtime_at,
+)
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.outcomes import Outcome, Phase, lookup_code
 from tracelock.runtime.runtime import Runtime

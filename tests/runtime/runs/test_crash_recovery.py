@@ -19,7 +19,7 @@ from tracelock.runtime.records import load_run
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.verify import verify_run, verify_store
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STEP_OF = {"fetch": None, "reserve": 1, "charge": 2}
 
 

@@ -33,7 +33,7 @@ from tracelock.runtime.policy.policy import (
 )
 from tracelock.runtime.policy.sandbox import SandboxLimits
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "policies"
 
 EMPTY_DOCUMENT = {

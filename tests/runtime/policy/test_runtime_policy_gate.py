@@ -8,8 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import Ids, allow, assert_store_ok, effect_of, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import (
+    Ids,
+    allow,
+    assert_store_ok,
+    effect_of,
+    record_of,
+    runtime_at,
+)
 from tracelock.errors import StoreError
 from tracelock.runtime.errors import RunStateError, StepError
 from tracelock.runtime.policy.policy import Policy

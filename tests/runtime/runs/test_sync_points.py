@@ -16,15 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sync_point_child import POLICY, build
 
+from tests.runtime._sync_point_child import POLICY, build
 from tracelock import Runtime
 from tracelock.runtime.records import load_run
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.verify import verify_store
 
-CHILD = Path(__file__).with_name("_sync_point_child.py")
-ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).parent.parent / "_sync_point_child.py"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _syncs_of_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: bool) -> int:

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import Ids, Ticks, allow, assert_store_ok, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import Ids, Ticks, allow, assert_store_ok, record_of, runtime_at
 from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
 from tracelock.errors import StoreError
 from tracelock.runtime.runtime import RunResult, Runtime
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 POLICY = allow("lookup", "tally", llm={"allow": True, "models": ["m"]})
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import Sleeps, allow, assert_store_ok, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import Sleeps, allow, assert_store_ok, record_of, runtime_at
 from tracelock.core.fingerprint import effect_projection
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.runtime import Runtime

@@ -12,14 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from _presence_child import POLICY, build
 from click.testing import CliRunner
 
+from tests.runtime._presence_child import POLICY, build
 from tracelock import Runtime
 from tracelock.cli.main import cli
 
-CHILD = Path(__file__).with_name("_presence_child.py")
-ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).parent.parent / "_presence_child.py"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_recover_leaves_a_live_process_s_run_alone_then_continues_it_after_a_kill(tmp_path: Path) -> None:

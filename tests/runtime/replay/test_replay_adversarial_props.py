@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import allow, runtime_at
 
+from tests.runtime.runtime_helpers import allow, runtime_at
 from tracelock import DivergenceError
 from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.runtime import Runtime

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 
+from tests.runtime.runtime_helpers import allow, assert_store_ok, record_of, runtime_at
 from tracelock import DivergenceError
 from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.replay.gate import replay_all

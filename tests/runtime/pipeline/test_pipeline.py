@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from runtime_helpers import allow, runtime_at
 
+from tests.runtime.runtime_helpers import allow, runtime_at
 from tracelock.core.canonical import dumps
 from tracelock.runtime.doors.files import Files
 from tracelock.runtime.errors import StepError
