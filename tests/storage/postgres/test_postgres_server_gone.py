@@ -24,21 +24,21 @@ import psycopg
 import pytest
 
 from tests.pg_server import Cluster, admin, own_pg_cluster, own_tcp_pg_cluster  # noqa: F401  (fixtures)
-from tests.storage._pg_checks import check_journal, head_locked, waiting_on_lock
+from tests.storage.postgres._pg_checks import check_journal, head_locked, waiting_on_lock
 from tracelock.errors import TracelockError
 from tracelock.storage.postgres import PostgresStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: How long a test waits for a writer before it takes the writer for hung.
 HUNG_S = 60.0
 
 
 class Writer:
-    """``tests/storage/_pg_gone_writer.py`` as a child process, its lines read by a thread."""
+    """``tests/storage/postgres/_pg_gone_writer.py`` as a child process, its lines read by a thread."""
 
     def __init__(self, url: str, idle_after: int, after: int, connect_timeout: float = 10) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.storage._pg_gone_writer", url, str(idle_after), str(after), str(connect_timeout)],
+            [sys.executable, "-m", "tests.storage.postgres._pg_gone_writer", url, str(idle_after), str(after), str(connect_timeout)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         )
         self.lines: list[str] = []

@@ -46,7 +46,7 @@ from tracelock.storage.errors import (
 from tracelock.storage.postgres import PostgresStore
 from tracelock.storage.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class Ticks:

@@ -1,6 +1,6 @@
-"""Child process of the PostgreSQL fault tests (``python -m tests.storage._pg_runtime_writer
+"""Child process of the PostgreSQL fault tests (``python -m tests.storage.postgres._pg_runtime_writer
 URL WORKDIR COMPLETE``): a Runtime on a PostgreSQL store runs COMPLETE runs of the agent
-of ``tests.storage._pg_payer`` (printing ``DONE run_id`` as each returns), then one more
+of ``tests.storage.postgres._pg_payer`` (printing ``DONE run_id`` as each returns), then one more
 whose irreversible effect (or, with a fourth argument ``lookup``, whose read-only lookup)
 waits to be killed."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.storage import _pg_payer
+from tests.storage.postgres import _pg_payer
 from tracelock.runtime.runtime import Runtime
 
 

@@ -16,18 +16,18 @@ import pytest
 from click.testing import CliRunner
 
 from tests.pg_server import Cluster, admin, own_pg_cluster  # noqa: F401  (a fixture)
-from tests.storage._pg_checks import check_journal, waiting_on_lock
+from tests.storage.postgres._pg_checks import check_journal, waiting_on_lock
 from tracelock.cli.main import cli
 from tracelock.storage.errors import StoreConnectionError
 from tracelock.storage.postgres import PostgresStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def start(script: str, *args: object) -> subprocess.Popen[str]:
     """``script`` under tests/storage, run as a module of the tests package."""
     return subprocess.Popen(
-        [sys.executable, "-m", f"tests.storage.{script.removesuffix('.py')}", *map(str, args)],
+        [sys.executable, "-m", f"tests.storage.postgres.{script.removesuffix('.py')}", *map(str, args)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )
 

@@ -8,7 +8,7 @@ waits for a line on stdin (the server is back), prints ``AGAIN code`` or ``AGAIN
 one more append on the old handle, opens a new handle, appends AFTER entries to run ``s``
 with it and prints ``DONE``. CONNECT_TIMEOUT (seconds) is the handles' ``connect_timeout``.
 
-Usage: python -m tests.storage._pg_gone_writer URL IDLE_AFTER AFTER CONNECT_TIMEOUT
+Usage: python -m tests.storage.postgres._pg_gone_writer URL IDLE_AFTER AFTER CONNECT_TIMEOUT
 """
 
 from __future__ import annotations

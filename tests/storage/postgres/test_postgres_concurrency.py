@@ -11,7 +11,7 @@ import threading
 from collections.abc import Awaitable
 from pathlib import Path
 
-from tests.storage._pg_checks import check_journal, head_locked, waiting_on_lock
+from tests.storage.postgres._pg_checks import check_journal, head_locked, waiting_on_lock
 from tracelock.core.entry import Entry
 from tracelock.storage.backend import NewEntry
 from tracelock.storage.copy import ReplayClock, copy_store, verify_copy
@@ -19,7 +19,7 @@ from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import StoreError
 from tracelock.storage.postgres import PostgresStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WRITER = Path(__file__).with_name("_pg_threads_writer.py")
 
 

@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.pg_server import Cluster, admin
-from tests.storage import _pg_payer
-from tests.storage._pg_checks import check_journal
+from tests.storage.postgres import _pg_payer
+from tests.storage.postgres._pg_checks import check_journal
+from tests.storage.postgres.test_postgres_faults import read_until, start
 from tests.storage.storage_helpers import TickClock
-from tests.storage.test_postgres_faults import read_until, start
 from tracelock import Runtime
 from tracelock.cli.main import cli
 from tracelock.storage.backend import NewEntry, Store
