@@ -16,85 +16,46 @@ transaction has committed (``synchronous_commit`` is never off on the store's se
 
 from __future__ import annotations
 
-import hashlib
 import select
 import threading
 from base64 import b64encode
-from collections.abc import Awaitable, Callable, Container, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from functools import cached_property
+from collections.abc import Awaitable, Callable, Container, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import orjson
 
-from tracelock.core.entry import (
-    ADMIN_RUN,
-    REDACTION_KIND,
-    TERMINAL_KINDS,
-    Entry,
-    build_entry,
-    build_next,
-    parse_entry,
-    split_line,
-)
+from tracelock.core.entry import TERMINAL_KINDS, Entry, build_entry, build_next, split_line
 from tracelock.core.merkle import leaf_hash
 from tracelock.errors import TracelockError
-from tracelock.storage.backend import (
-    NO_PAYLOAD,
-    NewEntry,
-    Repair,
-    RunInfo,
-    StoreFootprint,
-    stored_payload,
-)
+from tracelock.storage.backend import NO_PAYLOAD, NewEntry, stored_payload
 from tracelock.storage.defaults import random_store_id, wall_clock_ms
 from tracelock.storage.errors import (
     DurabilityError,
-    JournalCorruptError,
     PayloadMissingError,
-    PayloadRedactedError,
-    RunNotFoundError,
-    StoreClosedError,
     StoreConnectionError,
     StoreConnectionLostError,
     StoreDriverMissingError,
     StoreError,
-    StorePermissionError,
     StoreReadOnlyError,
 )
-from tracelock.storage.merkle_stream import StoredNodes
 from tracelock.storage.ownership import AppendGuard, FenceBook
-from tracelock.storage.postgres.checkpoints import TableCheckpoints
 from tracelock.storage.postgres.connection import WATCH_GRACE_S, CommitWatch, connection_settings
 from tracelock.storage.postgres.group_commit import CommitQueue, Request
-from tracelock.storage.postgres.location import redact_location, scrub
-from tracelock.storage.postgres.merkle import NodeTable, PostgresMerkle
+from tracelock.storage.postgres.location import redact_location
+from tracelock.storage.postgres.locks import PostgresLocks
 from tracelock.storage.postgres.ownership import PostgresOwnership
 from tracelock.storage.postgres.queue import PostgresQueue
-from tracelock.storage.postgres.schema import SCHEMA_VERSION, prepare_schema
+from tracelock.storage.postgres.schema import prepare_schema
 from tracelock.storage.run_fold import fold_runs
 
 if TYPE_CHECKING:
     import psycopg
-    import psycopg_pool
 
 __all__ = ["PostgresStore"]
 
-#: The part of ``tracelock store info`` each of the store's tables counts in.
-_TABLE_PARTS = {
-    "tracelock_entries": "entries",
-    "tracelock_runs": "runs",
-    "tracelock_payloads": "payloads",
-    "tracelock_merkle_nodes": "merkle",
-}
-
 _T = TypeVar("_T")
 _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
-
-_RUN_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
-_READ_BATCH = 4096
-# pg_advisory_lock key of the checkpoint signers: "tlchkpts" as an integer.
-_CHECKPOINT_LOCK = int.from_bytes(b"tlchkpts", "big") - (1 << 63)
 
 
 def _driver() -> tuple[Any, Any]:
@@ -118,11 +79,6 @@ def _configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 async def _ready(value: _T) -> _T:
     return value
-
-
-class _ConnectionLost(StoreConnectionError):
-    """A read's pooled connection died under it (same code: the caller sees a connection
-    failure if the retry fails too)."""
 
 
 #: A run the store has no row for (its first entry gets ``i`` 0).
@@ -205,7 +161,7 @@ def _ended(run: str) -> StoreError:
     return StoreError(f"run {run!r} has ended; nothing can be appended to it", details={"run": run})
 
 
-class PostgresStore:
+class PostgresStore(PostgresLocks):
     """A store in one PostgreSQL database, selected by a ``postgresql://`` location.
 
     ``clock`` gives entry timestamps (milliseconds; default the wall clock) and
@@ -280,7 +236,7 @@ class PostgresStore:
         finally:
             if self._writer is not conn:
                 conn.close()
-        self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(
+        self._pool = pool_module.ConnectionPool(
             self._url,
             min_size=1,
             max_size=max(1, pool_size),
@@ -299,62 +255,6 @@ class PostgresStore:
                 f"cannot connect to {self._shown}: no connection within {connect_timeout * 3:g} s",
                 details={"store": self._shown},
             ) from None
-
-    # -- errors and connections ----------------------------------------------------------
-    def _translate(self, exc: BaseException, doing: str) -> StoreError:
-        psycopg = self._psycopg
-        message = scrub(str(exc).strip() or type(exc).__name__, self._url)
-        details = {"store": self._shown, "driver_error": type(exc).__name__}
-        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-            return StorePermissionError(f"{doing} {self._shown}: permission denied: {message}", details=details)
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or doing == "cannot connect to":
-            return StoreConnectionError(f"{doing} {self._shown}: {message}", details=details)
-        return StoreError(f"{doing} {self._shown}: {message}", details=details)
-
-    def _check_open(self) -> None:
-        if self._failed is not None:
-            raise StoreClosedError(
-                f"the store handle failed earlier and accepts no more work: {self._failed.message}"
-            )
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-
-    @contextmanager
-    def _connection(self, doing: str, *, writing: bool = False) -> Iterator[Any]:
-        self._check_open()
-        psycopg = self._psycopg
-        conn = None
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except TracelockError:
-            raise
-        except psycopg.Error as exc:
-            error = self._translate(exc, doing)
-            if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-                if writing:
-                    # The commit's outcome is unknown: never retried, and the handle is done.
-                    kind = StoreConnectionLostError if conn is not None and conn.broken else DurabilityError
-                    failure = kind(error.message, details=error.details)
-                    self._failed = failure
-                    raise failure from None
-                # A lost connection (a server restart): the pool replaces its dead
-                # connections, and a read is tried once more (_one, _all).
-                self._refresh_pool()
-                raise _ConnectionLost(error.message, details=error.details) from None
-            raise error from None
-        except Exception as exc:
-            if type(exc).__name__ == "PoolTimeout":
-                raise StoreConnectionError(
-                    f"{doing} {self._shown}: no connection available: {scrub(str(exc), self._url)}",
-                    details={"store": self._shown},
-                ) from None
-            raise
-
-    def _writer_check(self) -> None:
-        self._check_open()
-        if self._read_only:
-            raise StoreReadOnlyError(f"the store at {self._shown} is open read-only")
 
     # -- writing: group commit (tracelock.storage.postgres.group_commit) ---------------
     def append(
@@ -548,12 +448,6 @@ class PostgresStore:
         if conn is not None:
             with suppress(Exception):
                 conn.close()
-
-    def _refresh_pool(self) -> None:
-        """Replace the pool's dead connections (after a server restart), so that the next
-        call gets a live one; a server that is still down is reported by that call."""
-        with suppress(Exception):  # the next connection attempt reports the real error
-            self._pool.check()
 
     def _transact(self, conn: Any, batch: list[Request], names: list[str], committing: list[bool]) -> None:
         # The usual case, one call of the append function (server-side parameters, binary).
@@ -908,407 +802,6 @@ class PostgresStore:
             )
             return True
 
-    # -- reading -----------------------------------------------------------------------
-    def _one(self, query: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-        for attempt in (1, 2):
-            try:
-                with self._connection("cannot read from") as conn:
-                    row: tuple[Any, ...] | None = conn.execute(query.encode(), args).fetchone()
-                    return row
-            except StoreConnectionError as exc:
-                if attempt == 2 or not self._lost(exc):
-                    raise
-        raise AssertionError("unreachable")
-
-    def _all(self, query: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        for attempt in (1, 2):
-            try:
-                with self._connection("cannot read from") as conn:
-                    rows: list[tuple[Any, ...]] = conn.execute(query.encode(), args).fetchall()
-                    return rows
-            except StoreConnectionError as exc:
-                if attempt == 2 or not self._lost(exc):
-                    raise
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _lost(exc: StoreConnectionError) -> bool:
-        """A pooled connection that died (a server restart): a read is retried once on a
-        fresh one. (Not a pool timeout: the server is down, and waiting again would not help.)"""
-        return isinstance(exc, _ConnectionLost)
-
-    def size(self) -> int:
-        row = self._one("SELECT next_seq FROM tracelock_head WHERE id = 1")
-        return 0 if row is None else int(row[0])
-
-    def footprint(self) -> StoreFootprint:
-        counts = self._one(
-            "SELECT count(*), count(*) FILTER (WHERE NOT closed) FROM tracelock_runs WHERE run != %s",
-            (ADMIN_RUN,),
-        )
-        assert counts is not None
-        tables = self._all(
-            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relkind = 'r' AND c.relname LIKE 'tracelock\\_%%' AND n.nspname = current_schema()"
-        )
-        parts = dict.fromkeys(("entries", "runs", "payloads", "merkle", "queue", "other"), 0)
-        for name, size in tables:
-            part = _TABLE_PARTS.get(str(name), "queue" if str(name).startswith("tracelock_queue") else "other")
-            parts[part] += int(size)
-        parts["total"] = sum(parts.values())
-        details = {"schema_version": SCHEMA_VERSION, "tables": {str(name): int(size) for name, size in sorted(tables)}}
-        return StoreFootprint(int(counts[0]), int(counts[1]), self.size(), parts, details)
-
-    def runs(
-        self,
-        *,
-        limit: int | None = None,
-        status: str | None = None,
-        offset: int = 0,
-        agent: str | None = None,
-        text: str | None = None,
-    ) -> list[RunInfo]:
-        query = f"SELECT {_RUN_COLUMNS} FROM tracelock_runs WHERE run <> %s"
-        args: list[Any] = [ADMIN_RUN]
-        if status is not None:
-            query += " AND status = %s"
-            args.append(status)
-        if agent:
-            query += " AND strpos(lower(coalesce(agent, '')), %s) > 0"
-            args.append(agent.lower())
-        if text:
-            query += (
-                " AND (strpos(lower(run), %s) > 0 OR strpos(lower(coalesce(agent, '')), %s) > 0"
-                " OR strpos(lower(coalesce(parent, '')), %s) > 0)"
-            )
-            args.extend([text.lower()] * 3)
-        query += " ORDER BY started_ts DESC, first_seq DESC"
-        if limit is not None:
-            query += " LIMIT %s"
-            args.append(limit)
-        if offset > 0:
-            query += " OFFSET %s"
-            args.append(offset)
-        return [RunInfo(*row) for row in self._all(query, tuple(args))]
-
-    def run_info(self, run: str) -> RunInfo:
-        row = self._one(f"SELECT {_RUN_COLUMNS} FROM tracelock_runs WHERE run = %s", (run,))
-        if row is None:
-            raise RunNotFoundError(f"no run {run!r} in the store at {self._shown}")
-        return RunInfo(*row)
-
-    def entries(self, run: str) -> list[Entry]:
-        rows = self._all("SELECT seq, line FROM tracelock_entries WHERE run = %s ORDER BY i", (run,))
-        if not rows:
-            raise RunNotFoundError(f"no run {run!r} in the store at {self._shown}")
-        return [self._parse(seq, line) for seq, line in rows]
-
-    def entry_at(self, seq: int) -> Entry:
-        row = self._one("SELECT seq, line FROM tracelock_entries WHERE seq = %s", (seq,))
-        if row is None:
-            raise StoreError(f"no entry with seq {seq}")
-        return self._parse(*row)
-
-    def iter_entries(self, start_seq: int = 0) -> Iterator[Entry]:
-        """Entries from ``start_seq`` to the end the journal had when iteration began."""
-        end = self.size()
-        position = max(0, start_seq)
-        while position < end:
-            rows = self._all(
-                "SELECT seq, line FROM tracelock_entries WHERE seq >= %s AND seq < %s ORDER BY seq",
-                (position, min(end, position + _READ_BATCH)),
-            )
-            for seq, line in rows:
-                yield self._parse(seq, line)
-            position += _READ_BATCH
-
-    def _parse(self, seq: int, line: bytes) -> Entry:
-        try:
-            entry = parse_entry(bytes(line))
-        except TracelockError as exc:
-            raise JournalCorruptError(
-                f"entry {seq} in {self._shown} is damaged: {exc.message}", details={"seq": seq}
-            ) from None
-        if entry.seq != seq:
-            raise JournalCorruptError(
-                f"the row of entry {seq} in {self._shown} holds entry {entry.seq}", details={"seq": seq}
-            )
-        return entry
-
-    def payload_state(self, digest: str) -> str:
-        row = self._one("SELECT redacted FROM tracelock_payloads WHERE hash = %s", (bytes.fromhex(digest),))
-        if row is None:
-            return "missing"
-        return "redacted" if row[0] else "present"
-
-    def get_payload_bytes(self, digest: str) -> bytes:
-        row = self._one(
-            "SELECT data, redacted FROM tracelock_payloads WHERE hash = %s", (bytes.fromhex(digest),)
-        )
-        if row is None:
-            raise PayloadMissingError(f"payload {digest} is not in the store", details={"payload": digest})
-        if row[1]:
-            raise PayloadRedactedError(f"payload {digest} was redacted", details={"payload": digest})
-        data = bytes(row[0])
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise JournalCorruptError(
-                f"payload {digest} in {self._shown} does not match its hash", details={"payload": digest}
-            )
-        return data
-
-    def get_payloads_bytes(self, digests: Sequence[str]) -> dict[str, bytes]:
-        if not digests:
-            return {}
-        rows = self._all(
-            "SELECT hash, data FROM tracelock_payloads WHERE hash = ANY(%s) AND NOT redacted",
-            ([bytes.fromhex(digest) for digest in dict.fromkeys(digests)],),
-        )
-        found: dict[str, bytes] = {}
-        for raw, value in rows:
-            digest, data = bytes(raw).hex(), bytes(value)
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise JournalCorruptError(
-                    f"payload {digest} in {self._shown} does not match its hash", details={"payload": digest}
-                )
-            found[digest] = data
-        return found
-
-    def get_payload(self, digest: str) -> Any:
-        return orjson.loads(self.get_payload_bytes(digest))
-
-    # -- the Merkle tree: the node table (tracelock.storage.postgres.merkle) -------------
-    @cached_property
-    def _merkle(self) -> PostgresMerkle:
-        """Made on the first Merkle query (a store that is only appended to never needs it)."""
-        return PostgresMerkle(self)
-
-    def tree_size(self) -> int:
-        return self.size()
-
-    def tree_root(self, size: int | None = None) -> bytes:
-        return self._merkle.root(size)
-
-    def inclusion_proof(self, seq: int, size: int | None = None) -> list[bytes]:
-        return self._merkle.inclusion_proof(seq, size)
-
-    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
-        return self._merkle.consistency_proof(size1, size2)
-
-    def leaf_hashes(self, start: int, end: int) -> list[bytes]:
-        """The stored leaf hashes of entries ``start .. end-1``, in ``seq`` order."""
-        rows = self._all(
-            "SELECT leaf FROM tracelock_entries WHERE seq >= %s AND seq < %s ORDER BY seq", (start, end)
-        )
-        if len(rows) != max(0, end - start):
-            raise JournalCorruptError(
-                f"{self._shown} lacks entries between seq {start} and {end}",
-                details={"start": start, "end": end, "found": len(rows)},
-            )
-        return [bytes(leaf) for (leaf,) in rows]
-
-    def leaves_at(self, seqs: Sequence[int]) -> dict[int, bytes]:
-        """The stored leaf hashes of the entries numbered ``seqs``."""
-        rows = self._all("SELECT seq, leaf FROM tracelock_entries WHERE seq = ANY(%s)", (list(seqs),))
-        found = {int(seq): bytes(leaf) for seq, leaf in rows}
-        missing = [seq for seq in seqs if seq not in found]
-        if missing:
-            raise JournalCorruptError(
-                f"{self._shown} has no entry with seq {missing[0]}", details={"seq": missing[0]}
-            )
-        return found
-
-    def merkle_nodes(self, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-        """The stored Merkle nodes among ``keys`` (level, index)."""
-        rows = self._all(
-            "SELECT n.level, n.idx, n.hash FROM tracelock_merkle_nodes n "
-            "JOIN unnest(%s::smallint[], %s::bigint[]) AS k(level, idx) "
-            "ON n.level = k.level AND n.idx = k.idx",
-            ([level for level, _ in keys], [index for _, index in keys]),
-        )
-        return {(int(level), int(index)): bytes(node) for level, index, node in rows}
-
-    def merkle_node_counts(self) -> dict[int, int]:
-        """Per stored level, one past the highest node index stored."""
-        rows = self._all("SELECT level, max(idx) + 1 FROM tracelock_merkle_nodes GROUP BY level")
-        return {int(level): int(count) for level, count in rows}
-
-    def merkle_node_range(self, level: int, start: int, end: int) -> dict[int, bytes]:
-        """The stored nodes ``start .. end-1`` of ``level``, by index."""
-        rows = self._all(
-            "SELECT idx, hash FROM tracelock_merkle_nodes WHERE level = %s AND idx >= %s AND idx < %s",
-            (level, start, end),
-        )
-        return {int(index): bytes(node) for index, node in rows}
-
-    def save_merkle_nodes(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
-        """Insert computed Merkle nodes (level, index, hash) in one transaction; rows another
-        handle stored already are kept."""
-        with self._connection("cannot store Merkle nodes in") as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO tracelock_merkle_nodes (level, idx, hash) VALUES (%s, %s, %s) "
-                "ON CONFLICT (level, idx) DO NOTHING",
-                list(rows),
-            )
-
-    # -- signed checkpoints (tracelock.evidence.history keeps the history here) --------
-    @contextmanager
-    def checkpoint_lock(self) -> Iterator[None]:
-        """Serialize the signers of this store's checkpoints (any process, any machine): a
-        session advisory lock, held on a connection of its own (a signer reads through the
-        pool meanwhile, which may have a single connection)."""
-        session = self.hold_advisory_lock(_CHECKPOINT_LOCK, shared=False)
-        try:
-            yield
-        finally:
-            self.release_advisory_lock(session)
-
-    def hold_advisory_lock(self, key: int, *, shared: bool) -> Any:
-        """Take the session advisory lock ``key`` (waiting for it) on a connection of its
-        own, and return that session: the lock lasts until :meth:`release_advisory_lock`, or
-        until the session ends with its process."""
-        conn, _ = self._lock_session("SELECT pg_advisory_lock_shared(%s)" if shared else "SELECT pg_advisory_lock(%s)", key)
-        return (conn, key, shared)
-
-    def try_advisory_lock(self, key: int) -> Any:
-        """Take the exclusive session advisory lock ``key`` if nobody holds it, on a
-        connection of its own: that session (release it with :meth:`release_advisory_lock`),
-        or None when another session holds the lock."""
-        conn, row = self._lock_session("SELECT pg_try_advisory_lock(%s)", key)
-        if row is None or not row[0]:
-            conn.close()
-            return None
-        return (conn, key, False)
-
-    def _lock_session(self, query: str, key: int) -> tuple[Any, tuple[Any, ...] | None]:
-        """A new autocommit session that ran the advisory lock ``query``, and its row."""
-        self._check_open()
-        psycopg = self._psycopg
-        conn = None
-        try:
-            conn = psycopg.connect(self._url, autocommit=True)
-            row = conn.execute(query.encode(), (key,)).fetchone()
-        except psycopg.Error as exc:
-            if conn is not None:
-                conn.close()
-            raise self._translate(exc, "cannot take an advisory lock of") from None
-        return conn, row
-
-    def release_advisory_lock(self, session: Any) -> None:
-        """Give the lock back, then end its session. Unlocking first makes the release
-        synchronous: the server ends a closed session's backend (and drops its locks) only
-        some time after the client has gone."""
-        conn, key, shared = session
-        try:
-            conn.execute("SELECT pg_advisory_unlock_shared(%s)" if shared else "SELECT pg_advisory_unlock(%s)", (key,))
-        except self._psycopg.Error:
-            pass  # the session is gone already, and its locks with it
-        finally:
-            conn.close()
-
-    def advisory_lock_free(self, key: int) -> bool:
-        """Whether no session holds the advisory lock ``key`` (shared or not): it is taken
-        and given back at once."""
-        with self._connection("cannot look at the advisory locks of") as conn:
-            (taken,) = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            if taken:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-        return bool(taken)
-
-    def checkpoint_numbers(self) -> list[int]:
-        return [int(number) for (number,) in self._all("SELECT number FROM tracelock_checkpoints ORDER BY number")]
-
-    def checkpoint_record(self, number: int) -> tuple[bytes, bytes | None, str] | None:
-        """Checkpoint ``number``'s note, its consistency record and its signers' keys
-        (canonical JSON list), or None."""
-        row = self._one(
-            "SELECT note, consistency, vkeys FROM tracelock_checkpoints WHERE number = %s", (number,)
-        )
-        if row is None:
-            return None
-        return bytes(row[0]), None if row[1] is None else bytes(row[1]), str(row[2])
-
-    def add_checkpoint(self, number: int, note: bytes, consistency: bytes | None, vkeys: str) -> None:
-        """Store checkpoint ``number`` (committed when this returns)."""
-        with self._connection("cannot store a checkpoint in") as conn, conn.transaction():
-            conn.execute(
-                "INSERT INTO tracelock_checkpoints (number, note, consistency, vkeys) VALUES (%s, %s, %s, %s)",
-                (number, note, consistency, vkeys),
-            )
-
-    # -- the raw rows, for verification (tracelock.storage.postgres.verify) ------------
-    def entry_rows(self, start: int, end: int) -> list[tuple[int, str, int, bytes, bytes]]:
-        """(seq, run, i, line, leaf) of the rows with ``start <= seq < end``, by seq."""
-        rows = self._all(
-            "SELECT seq, run, i, line, leaf FROM tracelock_entries WHERE seq >= %s AND seq < %s ORDER BY seq",
-            (start, end),
-        )
-        return [(int(seq), str(run), int(i), bytes(line), bytes(leaf)) for seq, run, i, line, leaf in rows]
-
-    def entry_row_count(self) -> tuple[int, int, int]:
-        """How many entry rows there are, one past the highest ``seq``, and the head's
-        ``next_seq`` (one snapshot)."""
-        row = self._one(
-            "SELECT count(*), coalesce(max(seq) + 1, 0), (SELECT next_seq FROM tracelock_head WHERE id = 1) "
-            "FROM tracelock_entries"
-        )
-        return (0, 0, 0) if row is None else (int(row[0]), int(row[1]), int(row[2] or 0))
-
-    def run_row_count(self, before: int) -> int:
-        """How many runs start before entry ``before``."""
-        row = self._one("SELECT count(*) FROM tracelock_runs WHERE first_seq < %s", (before,))
-        return 0 if row is None else int(row[0])
-
-    def redaction_targets(self, start: int) -> set[str]:
-        """The payloads named by ``payload.redact`` entries from ``start`` on."""
-        rows = self._all(
-            "SELECT seq, line FROM tracelock_entries WHERE run = %s AND seq >= %s ORDER BY seq", (ADMIN_RUN, start)
-        )
-        targets: set[str] = set()
-        for seq, line in rows:
-            entry = self._parse(seq, line)
-            target = (entry.meta or {}).get("payload")
-            if entry.kind == REDACTION_KIND and isinstance(target, str):
-                targets.add(target)
-        return targets
-
-    def payload_rows(self, after: bytes, limit: int) -> list[tuple[bytes, bytes | None, bool]]:
-        """(hash, data, redacted) of up to ``limit`` payload rows with a hash after ``after``."""
-        rows = self._all(
-            "SELECT hash, data, redacted FROM tracelock_payloads WHERE hash > %s ORDER BY hash LIMIT %s",
-            (after, limit),
-        )
-        return [(bytes(h), None if data is None else bytes(data), bool(red)) for h, data, red in rows]
-
-    def payload_states(self, digests: Sequence[str]) -> dict[str, str]:
-        """``present`` or ``redacted`` for each of ``digests`` that is stored."""
-        rows = self._all(
-            "SELECT hash, redacted FROM tracelock_payloads WHERE hash = ANY(%s)",
-            ([bytes.fromhex(d) for d in digests],),
-        )
-        return {bytes(h).hex(): "redacted" if red else "present" for h, red in rows}
-
-    def run_rows(self, runs: Sequence[str]) -> list[tuple[Any, ...]]:
-        """The rows of ``runs``: run, agent, parent, status, started_ts, updated_ts,
-        entries, first_seq, last_seq, last_hash, closed."""
-        return self._all(
-            f"SELECT {_RUN_COLUMNS}, last_hash, closed FROM tracelock_runs WHERE run = ANY(%s)", (list(runs),)
-        )
-
-    # -- properties and closing ----------------------------------------------------------
-    @property
-    def location(self) -> str:
-        """The connection string without its password."""
-        return self._shown
-
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
-
-    @property
-    def repairs(self) -> list[Repair]:
-        return []
-
     # -- run ownership (tracelock.storage.ownership) ------------------------------------
     def ownership(self) -> PostgresOwnership:
         """The run leases of this handle (made on first use; its fence guards this
@@ -1321,35 +814,6 @@ class PostgresStore:
                 self._ownership = PostgresOwnership(self._url, self)
                 self.append_guard = self._ownership.guard
             return self._ownership
-
-    @property
-    def backend(self) -> str:
-        return "postgresql"
-
-    @property
-    def damage(self) -> TracelockError | None:
-        """Nothing: the server keeps the journal whole or refuses it."""
-        return None
-
-    # -- checkpoints and the Merkle cache, for tracelock.evidence ----------------------
-    def checkpoint_records(self) -> TableCheckpoints:
-        """Where this store keeps its checkpoint history: ``tracelock_checkpoints``."""
-        return TableCheckpoints(self)
-
-    def merkle_cache(self) -> tuple[StoredNodes | None, str | None]:
-        """The stored Merkle nodes to compare with the journal: the node table (None, None
-        when it holds none)."""
-        table = NodeTable(self)
-        return (table, None) if table.stored_levels() else (None, None)
-
-    def merkle_rebuild_advice(self) -> str:
-        return "delete the rows of its tracelock_merkle_nodes table to have them rebuilt from the journal"
-
-    def journal_leaf_hashes(self) -> Iterator[bytes]:
-        """The leaf hash of every entry in ``seq`` order, from the entry lines themselves
-        (never from the node table)."""
-        for entry in self.iter_entries():
-            yield leaf_hash(entry.line)
 
     # -- the run queue (tracelock.storage.queue_backend) --------------------------------
     def queue(self, *, clock_ms: Callable[[], int] | None = None) -> PostgresQueue:
