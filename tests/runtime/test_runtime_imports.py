@@ -188,3 +188,32 @@ def test_integrations_sit_above_the_runtime() -> None:
             if inside and not target.startswith(INTEGRATIONS_MAY_IMPORT):
                 wrong.append(f"{name} (integrations) imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+def reached(start: str, graph: dict[str, set[str]]) -> set[str]:
+    """Every ``tracelock`` module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph.get(name, set()))
+    return seen - {start}
+
+
+def test_the_folds_the_pipeline_consults_reach_no_store() -> None:
+    """Emergency stops and daily budgets each live in one package: a pure fold the pipeline
+    decides with (``board``, ``ledger``) and the journal that keeps its entries in the store.
+    The fold reaches no storage module and no journal, however indirectly."""
+    graph = package_imports()
+    for fold, journal in (
+        ("tracelock.runtime.stops.board", "tracelock.runtime.stops.journal"),
+        ("tracelock.runtime.daily.ledger", "tracelock.runtime.daily.journal"),
+    ):
+        assert fold in graph and journal in graph
+        assert fold in graph[journal]  # the journal folds into it
+        found = reached(fold, graph)
+        assert "tracelock.runtime.outcomes" in found  # its step codes
+        impure = sorted(name for name in found if name.startswith("tracelock.storage") or name.endswith(("journal", "admin_feed")))
+        assert not impure, f"{fold} reaches {impure}"

@@ -13,10 +13,10 @@ import pytest
 
 from tests.runtime.runtime_helpers import Ids, Sleeps, allow, effect_of, record_of
 from tracelock.core.entry import ADMIN_RUN
+from tracelock.runtime.daily.journal import refresh_ledger
+from tracelock.runtime.daily.ledger import DailyLedger, utc_day
 from tracelock.runtime.errors import StepError
-from tracelock.runtime.policy.daily import DailyLedger, utc_day
 from tracelock.runtime.policy.policy import Policy, PolicyUnknownKeyError
-from tracelock.runtime.runs.daily import refresh_ledger
 from tracelock.runtime.runtime import Runtime
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.storage.open import open_store

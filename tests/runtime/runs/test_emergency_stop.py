@@ -14,9 +14,9 @@ import pytest
 from tests.runtime.runtime_helpers import allow, effect_of, runtime_at
 from tracelock.core.entry import ADMIN_RUN
 from tracelock.runtime.errors import RunStateError, StepError
-from tracelock.runtime.policy.stops import StopBoard
-from tracelock.runtime.runs.stops import StopNotFoundError, refresh_stops
 from tracelock.runtime.runtime import Runtime
+from tracelock.runtime.stops.board import StopBoard
+from tracelock.runtime.stops.journal import StopNotFoundError, refresh_stops
 from tracelock.runtime.tools.toolkit import Toolkit
 
 kit = Toolkit()
@@ -155,7 +155,7 @@ def test_stops_need_a_target_a_name_and_a_reason(tmp_path: Path) -> None:
 
 
 def test_a_stop_from_another_writer_reaches_a_run_in_flight(tmp_path: Path) -> None:
-    from tracelock.runtime.runs.stops import StopWatch
+    from tracelock.runtime.stops.journal import StopWatch
 
     with runtime_at(tmp_path, POLICY, toolkits=(kit,)) as server:
         server._stop_watch = StopWatch(0)  # look at every step that can change the world

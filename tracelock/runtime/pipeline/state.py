@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tracelock.runtime.daily.ledger import DailyLedger, RunDaily
 from tracelock.runtime.pipeline.held import HeldAnswers
-from tracelock.runtime.policy.daily import DailyLedger, RunDaily
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
-from tracelock.runtime.policy.stops import StopBoard
 from tracelock.runtime.records import RunJournal, RunRecord
+from tracelock.runtime.stops.board import StopBoard
 from tracelock.runtime.tools.toolkit import Toolkit
 from tracelock.runtime.tools.tools import Tool
 

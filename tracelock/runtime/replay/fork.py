@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracelock.errors import ReplayError, UsageError
+from tracelock.runtime.daily.journal import write_spend
+from tracelock.runtime.daily.ledger import utc_day
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.errors import DivergenceError
 from tracelock.runtime.pipeline.pipeline import Pipeline
-from tracelock.runtime.policy.daily import utc_day
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.records import RunJournal, RunRecord, load_run
 from tracelock.runtime.replay.replay import replay_record
-from tracelock.runtime.runs.daily import write_spend
 from tracelock.runtime.runs.engine import RunExistsError
 from tracelock.runtime.runs.lifecycle import check_transition
 from tracelock.runtime.runs.prefix import ForkPrefixError, child_recording

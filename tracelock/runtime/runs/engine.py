@@ -22,6 +22,8 @@ import orjson
 from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.entry import ADMIN_RUN, POLICY_KIND, PROVENANCE_KIND, valid_run_id
 from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
+from tracelock.runtime.daily.journal import refresh_ledger, write_spend
+from tracelock.runtime.daily.ledger import DailyLedger, RunDaily, utc_day
 from tracelock.runtime.doors.context import AsyncRunContext, RunContext
 from tracelock.runtime.doors.current import running
 from tracelock.runtime.doors.files import sandbox_tools
@@ -37,17 +39,15 @@ from tracelock.runtime.errors import (
 from tracelock.runtime.outcomes import Outcome, register_code
 from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.pipeline.state import Environment
-from tracelock.runtime.policy.daily import DailyLedger, RunDaily, utc_day
 from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
-from tracelock.runtime.policy.stops import Stop, StopBoard
 from tracelock.runtime.provenance.record import Provenance
 from tracelock.runtime.records import RunJournal, RunRecord, audit_traceback, load_run
-from tracelock.runtime.runs.daily import refresh_ledger, write_spend
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.runs.ownership import RunOwner
 from tracelock.runtime.runs.prefix import child_recording
-from tracelock.runtime.runs.stops import StopWatch, lift_stop, refresh_stops, set_stop
+from tracelock.runtime.stops.board import Stop, StopBoard
+from tracelock.runtime.stops.journal import StopWatch, lift_stop, refresh_stops, set_stop
 from tracelock.runtime.strict import guard as strict_mode
 from tracelock.runtime.strict.guard import NondeterminismError
 from tracelock.runtime.tools.invoke import ToolInvoker

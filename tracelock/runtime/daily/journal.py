@@ -1,4 +1,4 @@
-"""The daily budgets' ledger in the store (see :mod:`tracelock.runtime.policy.daily`).
+"""The daily budgets' ledger in the store (see :mod:`tracelock.runtime.daily.ledger`).
 
 Each run under daily budgets writes a ``budget.spend`` entry of the ``tracelock:admin``
 chain when it starts (counting it in its day), when it waits (approval, blocked) and when
@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from tracelock.core.entry import ADMIN_RUN
-from tracelock.runtime.policy.daily import SPEND_KIND, DailyLedger, RunDaily
-from tracelock.runtime.runs.admin_feed import admin_entries_after
+from tracelock.runtime.admin_feed import admin_entries_after
+from tracelock.runtime.daily.ledger import SPEND_KIND, DailyLedger, RunDaily
 from tracelock.storage.backend import Store
 
 __all__ = ["refresh_ledger", "write_spend"]

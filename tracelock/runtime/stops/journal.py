@@ -1,5 +1,5 @@
 """Setting and lifting emergency stops in a store, and folding them into a runtime's
-:class:`StopBoard` (see :mod:`tracelock.runtime.policy.stops`).
+:class:`StopBoard` (see :mod:`tracelock.runtime.stops.board`).
 
 A stop is a durable ``stop.set`` entry of the ``tracelock:admin`` chain, its lifting a
 ``stop.lift`` entry; their payloads are ``{"v": 1, "tool", "class", "by", "reason"}``
@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from tracelock.core.entry import ADMIN_RUN
+from tracelock.runtime.admin_feed import admin_entries_after
 from tracelock.runtime.errors import RunStateError
-from tracelock.runtime.policy.stops import LIFT_KIND, STOP_KIND, Stop, StopBoard, stop_target
-from tracelock.runtime.runs.admin_feed import admin_entries_after
+from tracelock.runtime.stops.board import LIFT_KIND, STOP_KIND, Stop, StopBoard, stop_target
 from tracelock.storage.backend import Store
 
 __all__ = ["StopNotFoundError", "StopWatch", "refresh_stops", "set_stop", "lift_stop"]

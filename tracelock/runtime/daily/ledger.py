@@ -3,7 +3,7 @@
 A run belongs to the UTC day of its start (the day is recorded in its ``run.start``, with
 how many runs of its agent and tenant that day had started before it). What every run of
 a day consumed is a ledger kept in the store: ``budget.spend`` entries of the
-``tracelock:admin`` chain (written by :mod:`tracelock.runtime.runs.daily`), each with one
+``tracelock:admin`` chain (written by :mod:`tracelock.runtime.daily.journal`), each with one
 run's cumulative counters. This module holds the :class:`DailyLedger` those entries fold
 into, and the decision a step's AUTHORIZE phase takes against it: the totals it saw are
 written into the step's effect (``daily``), so replay answers the step from the record and

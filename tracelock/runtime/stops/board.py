@@ -2,7 +2,7 @@
 across every run of a store, including runs already under way.
 
 A stop and its lifting are entries of the store's ``tracelock:admin`` chain (kinds
-``stop.set`` and ``stop.lift``, written durably by :mod:`tracelock.runtime.runs.stops`);
+``stop.set`` and ``stop.lift``, written durably by :mod:`tracelock.runtime.stops.journal`);
 this module holds what they add up to, the :class:`StopBoard` a runtime's pipelines
 consult at AUTHORIZE. A step that a stop covers ends ``DENIED [TOOL_STOPPED]``, with the
 stop's admin entry (``seq``, ``by``, ``reason``) in the step's error details: the decision
