@@ -8,12 +8,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.small_disk import mounted_tmpfs
 from tests.storage.storage_helpers import TickClock
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.errors import StoreFullError
@@ -22,16 +22,8 @@ from tracelock.storage.verify import verify_store
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root; CI runs the suite as root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "1m") as mount:
         yield mount
-    finally:
-        # Lazily: a handle a failed test left open must not keep the mount.
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 def _fill(path: Path) -> None:

@@ -17,26 +17,17 @@ from typing import Any
 
 import pytest
 
+from tests.small_disk import grow, mounted_tmpfs
+
 REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs mounted for the test (needs root, as CI has)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root; CI runs the suite as root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
-    try:
+    """A 2 MiB tmpfs mounted for the test."""
+    with mounted_tmpfs(tmp_path / "disk", "2m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
-
-def _grow(mount: Path) -> None:
-    """Free space: the same file system, made larger."""
-    subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
 
 
 def _cli(*args: str | Path, env: dict[str, str]) -> tuple[int, Any, str]:
@@ -81,7 +72,7 @@ def test_a_full_disk_leaves_the_run_unfinished_for_recover(
     finished = {line.split()[1]: line.split()[2] for line in lines if line.startswith("DONE ")}
     assert set(finished.values()) <= {"completed"}, finished
 
-    _grow(small_disk)
+    grow(small_disk)
     status, listed, _ = _cli("log", "--store", store, env=env)
     assert status == 0
     before = {run["run"]: run["status"] for run in listed["runs"]}
