@@ -32,8 +32,7 @@ from tracelock.core.entry import (
     parse_entry,
 )
 from tracelock.errors import CanonicalError
-from tracelock.storage import verify
-from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory import DirectoryStore, verify
 from tracelock.storage.directory.journal import ENTRY, PAYLOAD, REDACTED, data_end, scan_records
 from tracelock.storage.verify import verify_store
 
