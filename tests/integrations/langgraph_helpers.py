@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
-from capture_helpers import API_KEY, policy
 from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.tools import BaseTool, tool
 from langchain_openai import ChatOpenAI
@@ -16,6 +15,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
+from tests.integrations.capture_helpers import API_KEY, policy
 from tracelock.integrations.langgraph import ToolCallDoor, openai_clients, state_json, tool_node
 
 #: Turn 1: two lookups at once (parallel tool calls); turn 2: a refund; then the answer.

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from capture_helpers import policy, record_of, runtime_at
 
+from tests.integrations.capture_helpers import policy, record_of, runtime_at
 from tracelock.integrations.http import (
     CaptureOutsideRunError,
     Httpx2Transport,

@@ -11,8 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.tools import tool
-from langgraph_helpers import SCRIPT, SIDE_EFFECTS, Shop, build_graph, shop_policy
 
+from tests.integrations.langgraph_helpers import (
+    SCRIPT,
+    SIDE_EFFECTS,
+    Shop,
+    build_graph,
+    shop_policy,
+)
 from tracelock.integrations.langgraph import register_langchain_tools, state_json
 from tracelock.runtime.runtime import Runtime
 
@@ -60,6 +66,7 @@ def make_runtime(store: str) -> Runtime:
 
 if __name__ == "__main__":
     import _langgraph_crash_child as recorded  # the agent by its importable name, not __main__'s
-    from langgraph_helpers import QUESTION
+
+    from tests.integrations.langgraph_helpers import QUESTION
 
     recorded.make_runtime(sys.argv[1]).run(recorded.agent, QUESTION, run_id="crashed")

@@ -7,8 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from capture_helpers import runtime_at
-from langgraph_helpers import (
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tests.integrations.capture_helpers import runtime_at
+from tests.integrations.langgraph_helpers import (
     QUESTION,
     SCRIPT,
     SIDE_EFFECTS,
@@ -18,10 +22,6 @@ from langgraph_helpers import (
     build_graph,
     shop_policy,
 )
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from tracelock.examples.react_server import ReactServer
 from tracelock.integrations.langgraph import register_langchain_tools
 from tracelock.integrations.otel import instrument

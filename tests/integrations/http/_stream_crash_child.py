@@ -9,8 +9,8 @@ import sys
 from typing import Any
 
 import openai
-from capture_helpers import API_KEY, policy
 
+from tests.integrations.capture_helpers import API_KEY, policy
 from tracelock.integrations.http import capture
 from tracelock.runtime.runtime import Runtime
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import openai
 import pytest
-from capture_helpers import API_KEY, Ids, Ticks, policy, record_of, runtime_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.integrations.capture_helpers import API_KEY, Ids, Ticks, policy, record_of, runtime_at
 from tracelock.examples.llm_server import LLMServer
 from tracelock.integrations.http import capture
 from tracelock.runtime.errors import StepError

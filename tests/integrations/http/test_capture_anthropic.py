@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-from capture_helpers import ANTHROPIC_KEY, record_of, runtime_at, store_bytes
 
+from tests.integrations.capture_helpers import ANTHROPIC_KEY, record_of, runtime_at, store_bytes
 from tracelock.examples.llm_server import LLMServer
 from tracelock.integrations.http import capture
 

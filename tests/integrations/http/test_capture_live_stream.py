@@ -19,8 +19,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from capture_helpers import ANTHROPIC_KEY, API_KEY, policy, record_of, runtime_at
 
+from tests.integrations.capture_helpers import ANTHROPIC_KEY, API_KEY, policy, record_of, runtime_at
 from tracelock.examples.llm_server import LLMServer
 from tracelock.integrations.http import CaptureStreamOpenError, capture
 from tracelock.runtime.records import EFFECT, RESULT, load_run

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_helpers import runtime_at
 from langchain_core.messages import AIMessage
-from langgraph_helpers import (
+
+from tests.integrations.capture_helpers import runtime_at
+from tests.integrations.langgraph_helpers import (
     QUESTION,
     SCRIPT,
     SIDE_EFFECTS,
@@ -25,7 +26,6 @@ from langgraph_helpers import (
     shop_policy,
     tools_only_graph,
 )
-
 from tracelock.examples.react_server import ReactServer
 from tracelock.integrations.langgraph import (
     LangGraphOutsideRunError,

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from capture_helpers import runtime_at
 from langchain_core.tools import InjectedToolCallId, StructuredTool, tool
 from pydantic import BaseModel, Field
 
+from tests.integrations.capture_helpers import runtime_at
 from tracelock.integrations.langgraph import (
     DEFAULT_SIDE_EFFECT,
     LangGraphNotInstalledError,

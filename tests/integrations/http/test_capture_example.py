@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai_capture" / "agent.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "openai_capture" / "agent.py"
 
 
 def test_the_example_records_then_replays_with_the_server_stopped() -> None:

@@ -12,8 +12,8 @@ import httpx
 import httpx2
 import openai
 import pytest
-from capture_helpers import API_KEY, record_of, runtime_at
 
+from tests.integrations.capture_helpers import API_KEY, record_of, runtime_at
 from tests.serialization_spy import Serializations
 from tracelock.examples.llm_server import LLMServer
 from tracelock.integrations.http import (

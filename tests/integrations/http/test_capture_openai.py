@@ -8,8 +8,8 @@ from typing import Any
 
 import openai
 import pytest
-from capture_helpers import API_KEY, policy, record_of, runtime_at, store_bytes
 
+from tests.integrations.capture_helpers import API_KEY, policy, record_of, runtime_at, store_bytes
 from tracelock.evidence.bundle import export_bundle
 from tracelock.evidence.history import SigningKey
 from tracelock.evidence.keys import PrivateKey

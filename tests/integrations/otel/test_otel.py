@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_helpers import Ids, Ticks, store_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -16,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from tests.integrations.capture_helpers import Ids, Ticks, store_bytes
 from tracelock.integrations.otel import SpanObserver, instrument, uninstrument
 from tracelock.runtime.doors.context import RunContext
 from tracelock.runtime.runtime import Runtime

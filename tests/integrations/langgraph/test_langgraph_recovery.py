@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from langgraph_helpers import SCRIPT
 
+from tests.integrations.langgraph_helpers import SCRIPT
 from tracelock.examples.react_server import ReactServer
 from tracelock.runtime.records import load_run
 
