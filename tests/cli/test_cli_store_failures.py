@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 TICKET = {"id": "T-7", "text": "The keyboard from order A-1001 arrived broken."}
 _PR_CAPBSET_DROP = 24
 _BYPASSING_CAPABILITIES = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
-_NEEDS_ROOT = "mounting a file system needs root; CI runs the suite as root"
+_NEEDS_ROOT = "mounting a file system needs root (as CI runs the suite): run the tests as root"
 
 
 def _drop_bypass() -> None:
@@ -188,7 +188,7 @@ def test_a_store_without_write_permission_is_read_by_the_reading_commands(
 @pytest.fixture
 def read_only_mount(store: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip(_NEEDS_ROOT)
+        pytest.fail(_NEEDS_ROOT)
     subprocess.run(["mount", "--bind", str(store), str(store)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(store)], check=True)
@@ -207,7 +207,7 @@ def test_a_read_only_file_system_is_read_by_the_reading_commands(read_only_mount
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip(_NEEDS_ROOT)
+        pytest.fail(_NEEDS_ROOT)
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)

@@ -138,17 +138,14 @@ class FenceBook:
 class AppendGuard(Protocol):
     """What a store calls inside each append (see the module docstring)."""
 
-    def guards(self, runs: Iterable[str]) -> bool:
-        """Whether any of ``runs`` is appended to under a lease."""
-        ...
-
     def tokens(self, runs: Iterable[str]) -> dict[str, int]:
         """The lease token each of ``runs`` is appended to under (the guarded ones only):
         the PostgreSQL append function checks them inside its transaction."""
         ...
 
     def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
-        """Those of ``runs`` whose appends must be refused, with the error to give. Called
+        """Those of ``runs`` whose appends must be refused, with the error to give (nothing,
+        at no cost beyond a look at the fence book, for runs appended to under no lease). Called
         where the append is atomic: ``cursor`` is the PostgreSQL append transaction's (None
         on the directory store, which calls it under its writer lock)."""
         ...

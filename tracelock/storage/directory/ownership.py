@@ -43,7 +43,7 @@ from typing import Any
 
 from tracelock.errors import StoreError
 from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
-from tracelock.storage.directory.queue import QUEUE_FILE, open_queue_db
+from tracelock.storage.directory.queue import QUEUE_FILE, open_queue_db, renew_leases
 from tracelock.storage.failures import sqlite_error
 from tracelock.storage.ownership import FenceBook, LeaseHolder, Presence, RunLease, lost
 from tracelock.storage.queue_backend import QueueError
@@ -68,9 +68,6 @@ class _Fence:
         #: The take-over epoch when the tokens below were last found current.
         self._version: int | None = None
         self._current: dict[str, int] = {}
-
-    def guards(self, runs: Iterable[str]) -> bool:
-        return bool(self.book) and bool(self.book.wanted(runs))
 
     def tokens(self, runs: Iterable[str]) -> dict[str, int]:
         return self.book.wanted(runs)
@@ -262,16 +259,8 @@ class DirectoryOwnership:
     def renew(self, held: Mapping[str, int], lease_ms: int) -> set[str]:
         if not held:
             return set()
-        gone: set[str] = set()
         with self._write() as conn:
-            expires = self._clock() + lease_ms
-            for run, token in sorted(held.items()):
-                changed = conn.execute(
-                    "UPDATE leases SET expires_ms = ? WHERE run = ? AND token = ?", (expires, run, token)
-                ).rowcount
-                if not changed:
-                    gone.add(run)
-        return gone
+            return renew_leases(conn, held, self._clock() + lease_ms)
 
     def release(self, run: str, token: int) -> bool:
         self.fences.drop(run, token)

@@ -19,7 +19,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from tracelock.storage.queue_backend import (
     leased_error,
 )
 
-__all__ = ["DirectoryQueue", "QUEUE_FILE", "open_queue_db", "queued_any"]
+__all__ = ["DirectoryQueue", "QUEUE_FILE", "open_queue_db", "queued_any", "renew_leases"]
 
 QUEUE_FILE = "queue.sqlite"
 
@@ -108,6 +108,19 @@ def open_queue_db(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connectio
         what = f"cannot open the queue {path} ({exc})"
         raise sqlite_error(exc, path, what) or QueueError(what) from None
     return conn
+
+
+def renew_leases(conn: sqlite3.Connection, held: Mapping[str, int], expires_ms: int) -> set[str]:
+    """Extend the leases ``held`` (run -> token) to ``expires_ms``, in ``conn``'s write
+    transaction; returns the runs whose lease no longer carries that token (lost)."""
+    gone: set[str] = set()
+    for run, token in sorted(held.items()):
+        changed = conn.execute(
+            "UPDATE leases SET expires_ms = ? WHERE run = ? AND token = ?", (expires_ms, run, token)
+        ).rowcount
+        if not changed:
+            gone.add(run)
+    return gone
 
 
 def queued_any(path: Path) -> bool:
@@ -305,16 +318,8 @@ class DirectoryQueue:
     def heartbeat(self, worker: str, held: dict[str, int], lease_ms: int) -> set[str]:
         if not held:
             return set()
-        gone: set[str] = set()
         with self._write() as conn:
-            expires = self._clock() + lease_ms
-            for run, token in sorted(held.items()):
-                changed = conn.execute(
-                    "UPDATE leases SET expires_ms = ? WHERE run = ? AND token = ?", (expires, run, token)
-                ).rowcount
-                if not changed:
-                    gone.add(run)
-        return gone
+            return renew_leases(conn, held, self._clock() + lease_ms)
 
     def _release(self, run: str, token: int, state: str, note: str | None) -> bool:
         with self._write() as conn:

@@ -50,9 +50,6 @@ class _Fence:
     def __init__(self, book: FenceBook) -> None:
         self.book = book
 
-    def guards(self, runs: Iterable[str]) -> bool:
-        return bool(self.book) and bool(self.book.wanted(runs))
-
     def tokens(self, runs: Iterable[str]) -> dict[str, int]:
         return self.book.wanted(runs)
 

@@ -483,9 +483,9 @@ class PostgresStore(PostgresLocks):
 
     def _fence(self, cur: Any, batch: list[Request], names: list[str]) -> None:
         """Refuse (in this transaction, after the head row lock) the requests of runs this
-        handle appends to under a queue lease it has lost (``append_guard``)."""
+        handle appends to under a lease it has lost (``append_guard``)."""
         guard = self.append_guard
-        if guard is None or not guard.guards(names):
+        if guard is None:
             return
         refused = guard.refused(cur, names)
         for request in batch:
