@@ -130,7 +130,20 @@ class CommitQueue:
                 self._held.append(request)
                 return request.ts
             self._push_locked(request)
-            lead = self._wait_locked(request)
+            if asyncio._get_running_loop() is not None:
+                # Never block an event loop on a commit nobody needs to wait for: the
+                # worker commits it (an error goes to the run's next append, as when held).
+                request.held = True
+                start = not self._leading
+                self._leading = True
+                lead = False
+            else:
+                start = False
+                lead = self._wait_locked(request)
+        if start:
+            self._worker().submit(self._lead, None)
+        if request.held:
+            return request.ts
         if lead:
             self._lead(until=request)
         request.outcome()
