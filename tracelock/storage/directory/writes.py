@@ -24,6 +24,9 @@ __all__ = ["Writes"]
 _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
 
 _INDEX_BATCH = 2048
+#: The batch of an event loop's appends (``append_async``): a flush runs on the loop's
+#: thread, and a smaller one holds the loop for a few milliseconds, not tens.
+_LOOP_INDEX_BATCH = 256
 
 
 def _done(entry: Entry) -> asyncio.Future[Entry]:
@@ -104,7 +107,7 @@ class Writes(MerkleQueries):
         if not durable:
             return _done(self.append(run, kind, payload=payload, meta=meta, durable=False, new_run=new_run))
         out, end, backlog, _ = self._enqueue(((run, kind, payload, meta, new_run),))
-        if backlog:
+        if backlog or len(self._pending.entries) >= _LOOP_INDEX_BATCH:
             self._flush_index()  # the rows of bytes already written (not yet this entry's)
         log = self._log
         assert log is not None  # _enqueue checked that this handle writes
