@@ -70,7 +70,9 @@ class StepRequest:
                 self.args_hash = None
                 self.problem = exc.message
             else:
-                self.canonical = canonical
+                # A copy of its own size: the serializer's output sits in a block of at least
+                # 4 KB, which a step waiting on the world (an awaited run) would hold meanwhile.
+                self.canonical = bytes(memoryview(canonical)) if len(canonical) < 2048 else canonical
                 self.args_hash = _sha256(canonical).hexdigest()
 
 

@@ -20,9 +20,11 @@ all-NUL suffix begins: :func:`data_end`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -207,6 +209,9 @@ class GroupCommitLog:
         self._leading = False
         self._waiters: list[_Waiter] = []
         self._loop_waiters: dict[asyncio.AbstractEventLoop, list[tuple[int, asyncio.Future[Any], Any]]] = {}
+        #: The loops whose round is being committed, and the thread committing them.
+        self._committing: set[asyncio.AbstractEventLoop] = set()
+        self._committer: ThreadPoolExecutor | None = None
         self._error: StoreError | None = None
         self._closed = False
         self._max_buffer = max_buffer
@@ -337,11 +342,12 @@ class GroupCommitLog:
         """A future of the running event loop that resolves to ``value`` once every byte
         before ``end`` is on disk (or fails with the log's :class:`DurabilityError`).
 
-        The first waiter of a round schedules one commit on the loop (``call_soon``),
-        behind the callbacks already ready: the tasks woken by the previous commit append
-        their next entries first, then one ``fdatasync`` covers them all. The commit runs
-        on the loop's thread (it blocks the loop for one sync): on a machine where waking
-        another thread costs as much as a sync, that is the cheaper trade. A plain function
+        The first waiter of a round schedules the round's commit on the loop
+        (``call_soon``), behind the callbacks already ready: the tasks woken by the previous
+        commit append their next entries first, then one ``fdatasync`` covers them all. The
+        sync runs on the log's commit thread, never on the loop's (a sync can take
+        milliseconds, and the loop serves other tasks meanwhile); waiters arriving while it
+        runs make the next round, which starts as soon as it ends. A plain function
         returning a future, not a coroutine: one frame less per append.
         """
         loop = asyncio.get_running_loop()
@@ -355,28 +361,51 @@ class GroupCommitLog:
             waiting = self._loop_waiters.get(loop)
             if waiting is None:
                 waiting = self._loop_waiters[loop] = []
-                loop.call_soon(self._commit_for, loop)
+                if loop not in self._committing:
+                    loop.call_soon(self._commit_for, loop)
             waiting.append((end, future, value))
         return future
 
     def _commit_for(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start ``loop``'s round: its waiters' bytes made durable on the commit thread."""
         with self._mutex:
             waiting = self._loop_waiters.pop(loop, [])
-        if not waiting:
-            return
+            if not waiting:
+                return
+            self._committing.add(loop)
+            if self._committer is None:
+                self._committer = ThreadPoolExecutor(1, thread_name_prefix="tracelock-commit")
+            committer = self._committer
+        committer.submit(self._commit_round, loop, waiting, max(goal for goal, _, _ in waiting))
+
+    def _commit_round(self, loop: asyncio.AbstractEventLoop, waiting: list[tuple[int, asyncio.Future[Any], Any]], goal: int) -> None:
+        """On the commit thread: sync up to ``goal``, then hand the outcome to the loop."""
+        error: BaseException | None = None
         try:
-            self.wait_durable(max(goal for goal, _, _ in waiting))
+            self.wait_durable(goal)
         except BaseException as exc:  # every waiter learns of it
+            error = exc
+        if self.after_commit is not None:
+            try:
+                self.after_commit()
+            except BaseException as exc:  # the writer lock's release failing: the waiters' error
+                error = error or exc
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits these any more
+            loop.call_soon_threadsafe(self._committed, loop, waiting, error)
+
+    def _committed(self, loop: asyncio.AbstractEventLoop, waiting: list[tuple[int, asyncio.Future[Any], Any]], error: BaseException | None) -> None:
+        """On the loop: the next round starts (its waiters came during this one), then this
+        round's waiters are woken."""
+        with self._mutex:
+            self._committing.discard(loop)
+            more = loop in self._loop_waiters
+        if more:
+            self._commit_for(loop)
+        if error is not None:
             for _, future, _ in waiting:
                 if not future.done():
-                    future.set_exception(exc)
-            if self.after_commit is not None:
-                self.after_commit()
-            if not isinstance(exc, Exception):
-                raise
+                    future.set_exception(error)
             return
-        if self.after_commit is not None:
-            self.after_commit()
         self._wake(loop, waiting, 0)
 
     def _wake(self, loop: asyncio.AbstractEventLoop, waiting: list[tuple[int, asyncio.Future[Any], Any]], start: int) -> None:
@@ -535,6 +564,9 @@ class GroupCommitLog:
         finally:
             with self._mutex:
                 self._closed = True
+                committer, self._committer = self._committer, None
+            if committer is not None:
+                committer.shutdown(wait=False)
 
 
 def _durability_error(exc: OSError, what: str) -> DurabilityError:
