@@ -52,6 +52,14 @@ class AgentDefinitionError(RuntimeFault):
     code = "AGENT_INVALID"
 
 
+class AwaitRequiredError(AgentDefinitionError):
+    """An ``async def`` agent was given to a sync entry point (``run``, ``resume``,
+    ``replay``, ``recover``) by code running an event loop: its run must be awaited
+    (``arun``, ``aresume``, ``areplay``, ``arecover``)."""
+
+    code = "RUN_AWAIT_REQUIRED"
+
+
 class ToolNotFoundError(RuntimeFault):
     """A tool name given to the runtime's API is not registered."""
 

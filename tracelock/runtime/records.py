@@ -39,6 +39,7 @@ import orjson
 from tracelock.core.canonical import Encoded, dumps_with
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.errors import StoreError
+from tracelock.runtime import bridge
 from tracelock.storage.backend import NO_PAYLOAD, Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
@@ -316,9 +317,15 @@ class RunJournal:
         durable: bool,
         new_run: bool = False,
     ) -> Entry:
-        entry = self.store.append(
-            self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict, new_run=new_run
-        )
+        store = self.store
+        if (durable or self.strict) and bridge.active():
+            # An async caller's run: the loop goes on meanwhile, and the runs waiting on it
+            # share one commit.
+            entry = bridge.wait(store.append_async(self.run_id, kind, payload=payload, meta=meta, new_run=new_run))
+        else:
+            entry = store.append(
+                self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict, new_run=new_run
+            )
         if durable and self._owed is not None:
             self._covered(entry.seq)
         return entry
@@ -344,7 +351,11 @@ class RunJournal:
         with self._owed_lock:
             owed = self._owed
         if owed is not None:
-            self.store.sync()  # syncs everything written so far, the owed result included
+            # Syncs everything written so far, the owed result included.
+            if bridge.active():
+                bridge.wait(self.store.sync_async())
+            else:
+                self.store.sync()
             self._covered(owed)
 
     def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tracelock.runtime.bridge import bridged
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.queue.submit import RunHandle, submit
 from tracelock.runtime.queue.worker import requeue_if_resumable
@@ -80,6 +81,14 @@ class Runtime(Engine):
     def replay(self, run_id: str, agent: Callable[..., Any] | str | None = None) -> ReplayReport:
         """Re-execute the agent's current code against the recorded run (writes nothing)."""
         return replay_run(self, run_id, agent)
+
+    async def areplay(self, run_id: str, agent: Callable[..., Any] | str | None = None) -> ReplayReport:
+        """:meth:`replay`, awaited on the caller's event loop (an ``async def`` agent runs on it)."""
+        return await bridged(self.replay, run_id, agent)
+
+    async def arecover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
+        """:meth:`recover`, awaited on the caller's event loop (see :meth:`Engine.arun`)."""
+        return await bridged(self.recover, progress=progress, force=force)
 
     def recover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
         """Continue every unfinished run that needs no human (see :mod:`recovery`); runs the

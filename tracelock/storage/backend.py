@@ -240,6 +240,13 @@ class Store(Protocol):
 
     def sync(self) -> None: ...
 
+    def sync_async(self) -> Awaitable[None]:
+        """:meth:`sync` for a coroutine, to be awaited: everything appended before the call is
+        durable when the await returns; the event loop is not blocked meanwhile beyond what
+        the backend's commit costs on it (the directory store's group commit runs one
+        ``fdatasync`` on the loop for every coroutine waiting)."""
+        ...
+
     def catch_up(self) -> None:
         """Make this handle's next reads see what other processes appended (the directory
         store reads it under the writer lock; a PostgreSQL store's reads always do)."""

@@ -19,6 +19,7 @@ import uuid as uuid_module
 from collections.abc import Callable
 from typing import Any
 
+from tracelock.runtime.bridge import bridged
 from tracelock.runtime.pipeline.phases import now_value
 from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.pipeline.request import StepRequest, Task, tool_kind, tool_request
@@ -162,37 +163,67 @@ class RunContext:
 
 
 class AsyncRunContext:
-    """The context an ``async def`` agent receives: the same doors, awaitable."""
+    """The context an ``async def`` agent receives: the same doors, awaited.
+
+    Each awaited door runs the one step pipeline of :class:`RunContext` in a bridged call
+    (:mod:`tracelock.runtime.bridge`): where the step waits (a durable journal append, the
+    LLM provider, a tool, a sleep), the caller's event loop goes on with its other tasks.
+    An ``async`` provider or tool is awaited on that loop (a tool under its timeout, as an
+    asyncio deadline that cancels it); a sync one runs in the runtime's tool pool. The
+    doors that never wait (``now``, ``random``, ``uuid``, ``route``, ``patched``,
+    ``mark``, ``task``) are plain calls."""
 
     def __init__(self, ctx: RunContext) -> None:
         self._ctx = ctx
         self.pipeline = ctx.pipeline
         self.run_id = ctx.run_id
         self.input = ctx.input
+        self.annotations = ctx.annotations
+        self.policy = ctx.policy
+        self.effects = ctx.effects
 
-    async def call(self, tool: Any, /, **args: Any) -> Any:
-        return self._ctx.call(tool, **args)
+    @property
+    def divergence(self) -> dict[str, Any] | None:
+        """The first divergence from the recording, once one was detected."""
+        return self._ctx.divergence
+
+    async def call(self, tool: str | Callable[..., Any], /, **args: Any) -> Any:
+        """Call a registered tool (by name or by the decorated function)."""
+        return await bridged(self._ctx.call, tool, **args)
 
     async def llm(self, **kwargs: Any) -> dict[str, Any]:
-        return self._ctx.llm(**kwargs)
+        """Call the runtime's LLM provider (arguments as :meth:`RunContext.llm`)."""
+        return await bridged(self._ctx.llm, **kwargs)
 
     async def submit(self, proposal: Any) -> Any:
-        return self._ctx.submit(proposal)
+        """Submit an LLM's action proposal as a step (see :meth:`RunContext.submit`)."""
+        return await bridged(self._ctx.submit, proposal)
 
     async def sleep(self, seconds: float) -> None:
-        self._ctx.sleep(seconds)
+        """Sleep through the runtime's sleeper without blocking the loop; replay does not."""
+        await bridged(self._ctx.sleep, seconds)
 
-    async def gather(self, *tasks: Any) -> list[Any]:
-        return self._ctx.gather(*tasks)
+    async def gather(self, *tasks: Task) -> list[Any]:
+        """Run several tool calls concurrently on the loop (see :meth:`RunContext.gather`)."""
+        return await bridged(self._ctx.gather, *tasks)
 
-    def task(self, tool: Any, /, **args: Any) -> Any:
+    def task(self, tool: str | Callable[..., Any], /, **args: Any) -> Task:
         return self._ctx.task(tool, **args)
 
-    def now(self) -> Any:
+    def now(self) -> datetime.datetime:
         return self._ctx.now()
 
     def random(self) -> float:
         return self._ctx.random()
 
-    def uuid(self) -> Any:
+    def uuid(self) -> uuid_module.UUID:
         return self._ctx.uuid()
+
+    def route(self, decision: dict[str, Any]) -> None:
+        self._ctx.route(decision)
+
+    def patched(self, change_id: str) -> bool:
+        return self._ctx.patched(change_id)
+
+    def mark(self, kind: str, doc: dict[str, Any]) -> None:
+        self._ctx.mark(kind, doc)

@@ -595,7 +595,7 @@ def execute(state: RunState, step: int, request: StepRequest, key: str | None) -
         if provider is None:
             raise StepFailure(LLM_NOT_CONFIGURED, "Runtime(llm=...) was not given a provider")
         try:
-            response = provider(dict(request.args))
+            response = env.ask(provider, dict(request.args))
         except Exception as exc:
             raise StepFailure(LLM_PROVIDER_ERROR, f"{type(exc).__name__}: {exc}", exception=type(exc).__name__) from None
         if not isinstance(response, dict) or not isinstance(response.get("content"), str):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import functools
 from typing import Any
 
 from tracelock.core.canonical import dumps
+from tracelock.runtime import bridge
 from tracelock.runtime.errors import Diverged, StepError
 from tracelock.runtime.pipeline.phases import live, receive
 from tracelock.runtime.pipeline.recorded import added, answer, check_pending, diverge, judge_gather
@@ -82,24 +85,14 @@ class Pipeline(RunState):
                 outcomes[step] = self._capture(step, requests[step - first])
             order = list(recorded_order)
         else:
-            order = []
-            pool = self.env.gather_pool
-            futures = {
-                pool.submit(self._capture, step, request): step
-                for step, request in zip(steps, requests, strict=True)
-            }
             # Every member finishes (and is journaled) before gather returns or raises: a
             # member that suspends the run (approval) must not leave its siblings running
             # past the suspension. The lowest such step (argument order) is raised.
-            escaped: dict[int, BaseException] = {}
-            for future in concurrent.futures.as_completed(futures):
-                step = futures[future]
-                try:
-                    outcomes[step] = future.result()
-                except BaseException as exc:  # re-raised below, once every member is done
-                    escaped[step] = exc
-                    continue
-                order.append(step)
+            members = list(zip(steps, requests, strict=True))
+            if bridge.active():
+                order, escaped = bridge.wait(self._on_loop(members, outcomes))
+            else:
+                order, escaped = self._on_threads(members, outcomes)
             if self.divergence is not None:
                 raise Diverged(self.divergence)
             if escaped:
@@ -113,6 +106,55 @@ class Pipeline(RunState):
                 raise value
             results.append(value)
         return results
+
+    def _on_threads(
+        self, members: list[tuple[int, StepRequest]], outcomes: dict[int, tuple[bool, Any]]
+    ) -> tuple[list[int], dict[int, BaseException]]:
+        """Run a gather's members on the gather pool; their completion order, and what
+        escaped of each (a suspension, a divergence)."""
+        pool = self.env.gather_pool
+        futures = {pool.submit(self._capture, step, request): step for step, request in members}
+        order: list[int] = []
+        escaped: dict[int, BaseException] = {}
+        for future in concurrent.futures.as_completed(futures):
+            step = futures[future]
+            try:
+                outcomes[step] = future.result()
+            except BaseException as exc:  # re-raised by gather, once every member is done
+                escaped[step] = exc
+                continue
+            order.append(step)
+        return order, escaped
+
+    async def _on_loop(
+        self, members: list[tuple[int, StepRequest]], outcomes: dict[int, tuple[bool, Any]]
+    ) -> tuple[list[int], dict[int, BaseException]]:
+        """:meth:`_on_threads` for a bridged run: each member a task of the caller's loop."""
+        order: list[int] = []
+        escaped: dict[int, BaseException] = {}
+
+        def finished(step: int, task: asyncio.Future[tuple[bool, Any]]) -> None:
+            if task.cancelled():
+                escaped[step] = asyncio.CancelledError()
+            elif (exc := task.exception()) is not None:
+                escaped[step] = exc
+            else:
+                outcomes[step] = task.result()
+                order.append(step)
+
+        tasks = []
+        for step, request in members:
+            task = asyncio.ensure_future(bridge.bridged(self._capture, step, request))  # tracelock: allow TL-CONC-002 -- the completion order is recorded (gather.order) and replayed
+            task.add_done_callback(functools.partial(finished, step))
+            tasks.append(task)
+        try:
+            await asyncio.wait(tasks)  # tracelock: allow TL-CONC-002 -- the completion order is recorded (gather.order) and replayed
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)  # tracelock: allow TL-CONC-002 -- cancelled members end; nothing of them is answered
+            raise
+        return order, escaped
 
     def finish_stream(self) -> None:
         """Finish the response a caller is still reading (its step is in EXECUTE), so that

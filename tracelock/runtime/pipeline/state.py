@@ -26,7 +26,8 @@ __all__ = ["Environment", "OpenStream", "ParentPrefix", "RunObserver", "RunState
 class Environment:
     """What the pipeline needs from the runtime that runs it. The runtime builds one; a test
     or another host can build its own. ``clock_ms`` and ``sleep`` are the injected clock and
-    sleeper, ``invoke(tool, kwargs)`` runs a tool's function under its timeout, gathers run
+    sleeper, ``invoke(tool, kwargs)`` runs a tool's function under its timeout,
+    ``ask(provider, request)`` calls the LLM provider (default: a plain call), gathers run
     on ``gather_pool``, and ``sandbox`` (or None) is the sandboxed filesystem whose state is
     recorded around every ``fs`` and proposal step. ``observer`` (or None) is told of every
     run and step (:class:`RunObserver`). ``stops`` (or None) is the emergency-stop board
@@ -34,6 +35,7 @@ class Environment:
     (``drift --hold-llm``)."""
 
     __slots__ = (
+        "ask",
         "clock_ms",
         "gather_pool",
         "held",
@@ -56,8 +58,10 @@ class Environment:
         invoke: Callable[[Tool, dict[str, Any]], Any],
         gather_pool: concurrent.futures.Executor,
         sandbox: Sandbox | None = None,
+        ask: Callable[[Callable[[dict[str, Any]], Any], dict[str, Any]], Any] | None = None,
     ) -> None:
         self.toolkit = toolkit
+        self.ask = ask if ask is not None else _plain_call
         self.tools: dict[str, Tool] = toolkit.tools
         self.clock_ms = clock_ms
         self.sleep = sleep
@@ -69,6 +73,10 @@ class Environment:
         self.held: HeldAnswers | None = None
         #: The daily budgets' ledger (None: no run is judged against daily budgets).
         self.ledger: DailyLedger | None = None
+
+
+def _plain_call(provider: Callable[[dict[str, Any]], Any], request: dict[str, Any]) -> Any:
+    return provider(request)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ import orjson
 from tracelock.core.canonical import CanonicalError, dumps, loads
 from tracelock.core.entry import ADMIN_RUN, POLICY_KIND, PROVENANCE_KIND, valid_run_id
 from tracelock.core.fingerprint import fingerprint, run_projection, value_hash
+from tracelock.runtime import bridge
+from tracelock.runtime.bridge import bridged
 from tracelock.runtime.daily.journal import refresh_ledger, write_spend
 from tracelock.runtime.daily.ledger import DailyLedger, RunDaily, utc_day
 from tracelock.runtime.doors.context import AsyncRunContext, RunContext
@@ -31,6 +33,7 @@ from tracelock.runtime.doors.routing import IntentRouter, candidates_for
 from tracelock.runtime.doors.workflow import Workflow, WorkflowAgent
 from tracelock.runtime.errors import (
     AgentDefinitionError,
+    AwaitRequiredError,
     DivergenceError,
     RunStateError,
     StepError,
@@ -50,7 +53,7 @@ from tracelock.runtime.stops.board import Stop, StopBoard
 from tracelock.runtime.stops.journal import StopWatch, lift_stop, refresh_stops, set_stop
 from tracelock.runtime.strict import guard as strict_mode
 from tracelock.runtime.strict.guard import NondeterminismError
-from tracelock.runtime.tools.invoke import ToolInvoker
+from tracelock.runtime.tools.invoke import ToolInvoker, is_async_callable
 from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
@@ -196,7 +199,27 @@ def _default_ids() -> str:
 
 
 def _real_sleep(seconds: float) -> None:
-    time.sleep(seconds)
+    if bridge.active():
+        bridge.wait(asyncio.sleep(seconds))  # an async caller's run: the loop goes on
+    else:
+        time.sleep(seconds)
+
+
+def _sleeper(sleep: Callable[[float], Any] | None) -> Callable[[float], None]:
+    """The runtime's sleep: the real one, or an injected one (``async def`` ones are
+    awaited on the caller's loop in an async caller's run)."""
+    if sleep is None:
+        return _real_sleep
+    if not is_async_callable(sleep):
+        return sleep
+
+    def sleep_awaited(seconds: float) -> None:
+        if bridge.active():
+            bridge.wait(sleep(seconds))
+        else:
+            asyncio.run(sleep(seconds))
+
+    return sleep_awaited
 
 
 class Engine:
@@ -223,7 +246,7 @@ class Engine:
         sandbox: str | os.PathLike[str] | None = None,
         toolkits: tuple[Toolkit, ...] = (),
         clock: Callable[[], int] | None = None,
-        sleep: Callable[[float], None] | None = None,
+        sleep: Callable[[float], Any] | None = None,
         ids: Callable[[], str] | None = None,
         durability: str = "auto",
         max_workers: int = 16,
@@ -246,7 +269,7 @@ class Engine:
         for toolkit in toolkits:
             self.toolkit.merge(toolkit)
         self._clock_ms = clock or wall_clock_ms
-        self._sleep = sleep or _real_sleep
+        self._sleep = _sleeper(sleep)
         self._ids = ids or _default_ids
         # An injected id source may repeat itself; the default one cannot, in practice.
         self._check_generated_ids = ids is not None
@@ -277,6 +300,7 @@ class Engine:
             invoke=self._invoke,
             gather_pool=self._gather_pool,
             sandbox=self.sandbox,
+            ask=self._tool_invoker.ask,
         )
         #: What each run records of what produced it (outside the fingerprint).
         self.provenance = provenance if provenance is not None else Provenance()
@@ -417,6 +441,27 @@ class Engine:
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
         with self.owner.owning(run_id, busy=_starting_elsewhere):
             return self._start(func, name, input, run_id, seed, tenant, _annotations, input_hash)
+
+    async def arun(
+        self,
+        agent: Callable[..., Any] | str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        seed: str | None = None,
+        idempotency_key: str | None = None,
+        tenant: str | None = None,
+    ) -> RunResult:
+        """:meth:`run`, awaited on the caller's event loop (same arguments, same result).
+
+        An ``async def`` agent runs on this loop; where the run waits (a durable journal
+        append, the LLM provider, a tool, a sleep, another owner of the run), the loop goes
+        on with its other tasks, and the runs waiting on durable appends share one commit.
+        A sync agent works too (its doors wait the same way). Cancelling the awaiting task
+        stops the run where it is, as a crash would: it stays unfinished for ``recover``."""
+        return await bridged(
+            self.run, agent, input, run_id=run_id, seed=seed, idempotency_key=idempotency_key, tenant=tenant
+        )
 
     def _start(
         self,
@@ -703,12 +748,21 @@ class Engine:
 
     def _resolve_agent(self, agent: Callable[..., Any] | str) -> tuple[Callable[..., Any], str]:
         if callable(agent):
-            return agent, agent_name(agent)
-        spec = self.toolkit.agents.get(agent)
-        if spec is not None:
-            return spec.func, spec.name
-        func = resolve_agent_path(agent)
-        return func, agent_name(func)
+            func, name = agent, agent_name(agent)
+        elif (spec := self.toolkit.agents.get(agent)) is not None:
+            func, name = spec.func, spec.name
+        else:
+            func = resolve_agent_path(agent)
+            name = agent_name(func)
+        if inspect.iscoroutinefunction(func) and not bridge.active() and asyncio._get_running_loop() is not None:
+            # Checked before anything is written: asyncio.run cannot nest in a running loop.
+            raise AwaitRequiredError(
+                f"agent {name!r} is async and this thread runs an event loop: await its run "
+                "(`await runtime.arun(...)`, `aresume`, `areplay`, `arecover`) instead of calling "
+                "the sync method",
+                details={"agent": name},
+            )
+        return func, name
 
     def _invoke(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         """Run a tool's function, under its timeout when it has one."""
@@ -806,6 +860,10 @@ class Engine:
             if record is None or record.run_id != run_id or record.entries[-1].seq != self.store.run_info(run_id).last_seq:
                 record = load_run(self.store, run_id)
             return self._resume_owned(run_id, agent, record)
+
+    async def aresume(self, run_id: str, agent: Callable[..., Any] | str | None = None) -> RunResult:
+        """:meth:`resume`, awaited on the caller's event loop (see :meth:`arun`)."""
+        return await bridged(self.resume, run_id, agent)
 
     def _resume_owned(self, run_id: str, agent: Callable[..., Any] | str | None, record: RunRecord) -> RunResult:
         if record.status in TERMINAL_STATES:
@@ -905,15 +963,21 @@ def _judged_call(func: Callable[..., Any], ctx: RunContext, input: Any, *, stric
 def _call_agent(func: Callable[..., Any], ctx: RunContext, input: Any, *, strict: bool) -> Any:
     if inspect.iscoroutinefunction(func):
         if not strict:
-            return asyncio.run(func(AsyncRunContext(ctx), input))
+            coroutine = func(AsyncRunContext(ctx), input)
+        else:
 
-        async def guarded() -> Any:
-            # Only the agent's own task runs as agent code; the event loop's machinery
-            # (which reads the clock) runs in the caller's context.
-            with strict_mode.agent_code():
-                return await func(AsyncRunContext(ctx), input)
+            async def guarded() -> Any:
+                # Only the agent's own task runs as agent code; the event loop's machinery
+                # (which reads the clock) runs in the caller's context.
+                with strict_mode.agent_code():
+                    return await func(AsyncRunContext(ctx), input)
 
-        return asyncio.run(guarded())
+            coroutine = guarded()
+        if bridge.active():
+            # An awaited run (``arun``): the agent runs on the caller's loop, and its doors
+            # bridge back into this run's pipeline.
+            return bridge.wait(coroutine)
+        return asyncio.run(coroutine)
     if not strict:
         return func(ctx, input)
     with strict_mode.agent_code():

@@ -18,12 +18,14 @@ as it is.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
 
+from tracelock.runtime import bridge
 from tracelock.runtime.errors import RunBusyError
 from tracelock.storage.backend import Store
 from tracelock.storage.ownership import LeaseHolder, RunLease
@@ -94,7 +96,10 @@ class RunOwner:
                 return lease
             if deadline is None or time.monotonic() >= deadline:  # tracelock: allow TL-CLOCK-001 -- bounds a wait for another owner; decides nothing recorded
                 raise (busy or busy_error)(run, ownership.holder(run))
-            threading.Event().wait(pause)
+            if bridge.active():
+                bridge.wait(asyncio.sleep(pause))  # tracelock: allow TL-CLOCK-002 -- polls for another owner's lease (an awaited run: the loop goes on); decides nothing recorded
+            else:
+                threading.Event().wait(pause)
             pause = min(pause * 2, _LONGEST_PAUSE_S)
 
     def _hold(self, lease: RunLease) -> None:

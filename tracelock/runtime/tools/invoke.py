@@ -22,8 +22,14 @@ A sync tool registered with ``timeout=None`` runs inline with no deadline at all
 
 An async tool runs on the caller's thread, in an event loop kept per thread and reused
 across calls; its deadline is a timer of that loop, which cancels the tool when it passes.
-No thread is involved unless the caller's thread already runs an event loop (an async
-agent), where a loop cannot nest."""
+No thread is involved unless the caller's thread already runs an event loop outside a
+bridged call, where a loop cannot nest.
+
+In a bridged call (an async caller's run, :mod:`tracelock.runtime.bridge`), nothing blocks
+the caller's loop: an async tool is awaited on it, under its deadline as an asyncio
+timeout that cancels it; a sync tool runs in the runtime's bounded tool pool and is
+abandoned at its deadline (``TOOL_TIMEOUT`` either way). An LLM provider is called the
+same way (:meth:`ToolInvoker.ask`)."""
 
 from __future__ import annotations
 
@@ -31,10 +37,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from tracelock.runtime import bridge
 from tracelock.runtime.tools.tools import Tool
 from tracelock.runtime.tools.watchdog import WATCHDOG, ToolDeadline
 
@@ -61,6 +70,8 @@ class ToolInvoker:
         self._loops = threading.local()
 
     def __call__(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+        if bridge.active():
+            return bridge.wait(self._on_loop(tool, kwargs))
         if not tool.is_async:
             timeout = tool.timeout_s
             if timeout is None:
@@ -81,6 +92,36 @@ class ToolInvoker:
             return self._handed_off(tool, lambda: asyncio.run(tool.func(**kwargs)))
         return self._inline_async(tool, kwargs)
 
+    def ask(self, provider: Callable[[dict[str, Any]], Any], request: dict[str, Any]) -> Any:
+        """Call an LLM provider (sync or ``async``) with ``request``, the way the caller's
+        place allows: awaited on the caller's loop or run in the tool pool in a bridged call,
+        else on this thread (an async one in its private loop)."""
+        is_async = is_async_callable(provider)
+        if bridge.active():
+            if is_async:
+                return bridge.wait(provider(request))
+            return bridge.wait(bridge.in_thread(provider, request, executor=self._pool))
+        if not is_async:
+            return provider(request)
+        if asyncio._get_running_loop() is not None:
+            return self._pool.submit(asyncio.run, provider(request)).result()
+        return self._on_thread_loop(lambda: provider(request))
+
+    async def _on_loop(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+        timeout = tool.timeout_s
+        if tool.is_async:
+            if timeout is None:
+                return await tool.func(**kwargs)
+            async with asyncio.timeout(timeout):
+                return await tool.func(**kwargs)
+        call = bridge.in_thread(functools.partial(tool.func, **kwargs), executor=self._pool)
+        if timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout)
+        except TimeoutError:
+            raise TimeoutError(tool.name) from None
+
     def close(self) -> None:
         """Close the calling thread's loop (other threads' close when those threads end)."""
         loop: _ThreadLoop | None = getattr(self._loops, "loop", None)
@@ -97,9 +138,6 @@ class ToolInvoker:
             raise TimeoutError(tool.name) from None
 
     def _inline_async(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
-        loop: _ThreadLoop | None = getattr(self._loops, "loop", None)
-        if loop is None:
-            loop = self._loops.loop = _ThreadLoop()
         timeout = tool.timeout_s
 
         async def bounded() -> Any:
@@ -108,11 +146,24 @@ class ToolInvoker:
             async with asyncio.timeout(timeout):
                 return await tool.func(**kwargs)
 
+        return self._on_thread_loop(bounded)
+
+    def _on_thread_loop(self, coroutine: Callable[[], Any]) -> Any:
+        """Run the coroutine ``coroutine()`` makes in this thread's private event loop."""
+        loop: _ThreadLoop | None = getattr(self._loops, "loop", None)
+        if loop is None:
+            loop = self._loops.loop = _ThreadLoop()
         # A fresh copy of the caller's context per call, as asyncio.run would take.
         try:
-            return loop.runner.run(bounded(), context=contextvars.copy_context())
+            return loop.runner.run(coroutine(), context=contextvars.copy_context())
         finally:
             _cancel_leftovers(loop.runner.get_loop())
+
+
+def is_async_callable(func: Callable[..., Any]) -> bool:
+    """Whether calling ``func`` makes a coroutine (an ``async def``, or an object whose
+    ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
 
 
 def _watched(tool: Tool, kwargs: dict[str, Any], slot: Any, timeout: float) -> Any:

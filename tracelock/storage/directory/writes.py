@@ -309,6 +309,11 @@ class Writes(MerkleQueries):
         self._flush_index()
         self._release_if_idle()
 
+    def sync_async(self) -> Awaitable[None]:
+        """:meth:`sync` for a coroutine: shares the loop's next commit (``durable_future``)."""
+        log = self._writer()
+        return log.durable_future(log.queued_end, None)
+
     def erase_payload(self, digest: str) -> bool:
         """Overwrite a payload's bytes in place (same length; ``=`` becomes ``-``, data
         becomes spaces) and sync. Call it after appending the redaction entry, so that a

@@ -153,6 +153,18 @@ class CommitQueue:
             with self._cond:
                 self._note_held_error_locked(last)
 
+    def flush_async(self, clock: Callable[[], int]) -> asyncio.Future[Any]:
+        """:meth:`flush` for a coroutine of the running loop: an empty request queued behind
+        the held ones carries them; its future resolves once they committed (an error of a
+        held one goes to the next append of its run, as with :meth:`flush`)."""
+        with self._cond:
+            held = bool(self._held)
+        if not held:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.set_result(None)
+            return future
+        return self.submit_async(Request((), []), clock, single=False)
+
     def _push_locked(self, request: Request) -> None:
         """Queue ``request`` behind the held requests, which it carries (under the lock)."""
         if self._held:

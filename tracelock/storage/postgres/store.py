@@ -784,6 +784,13 @@ class PostgresStore(PostgresLocks):
         self._writer_check()
         self._queue.flush()
 
+    def sync_async(self) -> Awaitable[None]:
+        """:meth:`sync` for a coroutine: the held entries ride on a commit led by the
+        handle's commit thread; the loop is not blocked."""
+        self._writer_check()
+        future: Awaitable[None] = self._queue.flush_async(self._clock)
+        return future
+
     def erase_payload(self, digest: str) -> bool:
         """Remove a payload's bytes (after its redaction entry was appended). Returns False
         if it was already erased."""
