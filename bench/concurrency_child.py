@@ -12,7 +12,12 @@ the timed runs only:
   their count times one heartbeat's CPU time on an idle loop, measured just before;
 - syncs (``fsync``/``fdatasync``/... calls, when ``bench/peers/synccount`` is preloaded);
 - the peak RSS above the peak the warm-up reached (``ru_maxrss``), which the report divides
-  by the concurrency: memory per in-flight run;
+  by the concurrency (it also holds what the completed runs left behind: caches, the
+  allocator's free lists);
+- then, after the timed runs, one more wave of exactly ``CONCURRENCY`` runs, all started at
+  once, under ``tracemalloc``: the peak of the Python heap over that wave above its level
+  before it, which the report divides by the concurrency: memory per in-flight run (the
+  Python heap only: not a thread's stack, nor what a C library allocates itself);
 - the event loop's lag: a heartbeat coroutine on the same loop sleeps 1 ms over and over and
   records how late it wakes. A threaded system has no loop of its own: its heartbeat runs on a
   loop in a side thread (what an asyncio part of the same process would see).
@@ -23,6 +28,7 @@ Prints one ``RESULT {json}`` line.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -30,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
@@ -96,6 +103,19 @@ class Meter:
         self.rss_growth = max(0, peak_rss_bytes() - self.rss)
 
 
+class Traced:
+    """The peak of the Python heap (``tracemalloc``) over a block, above its size before."""
+
+    def __enter__(self) -> Self:
+        tracemalloc.start()
+        self.before = tracemalloc.get_traced_memory()[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.peak = tracemalloc.get_traced_memory()[1] - self.before
+        tracemalloc.stop()
+
+
 def _check(number: int, output: Any) -> None:
     expected = workload.plain_python(workload.task(number))
     if output != expected:
@@ -130,9 +150,12 @@ async def _measure_async(system: AsyncSystem, root: Path, concurrency: int, runs
             await _async_workers(system, iter(range(runs)), concurrency, latencies)
         heartbeat.stop()
         await beating
+        gc.collect()
+        with Traced() as traced:
+            await _async_workers(system, iter(range(runs + warmup, runs + warmup + concurrency)), concurrency, [])
     finally:
         await system.close()
-    return _figures(meter, latencies, heartbeat.lags, beat_cpu, loop="the runs' own loop")
+    return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced.peak, loop="the runs' own loop")
 
 
 # -- threaded systems ---------------------------------------------------------------------------
@@ -182,12 +205,17 @@ def _measure_threaded(system: ThreadedSystem, root: Path, concurrency: int, runs
             _thread_workers(system, iter(range(runs)), concurrency, latencies)
         heartbeat.stop()
         side.join()
+        gc.collect()
+        with Traced() as traced:
+            _thread_workers(system, iter(range(runs + warmup, runs + warmup + concurrency)), concurrency, [])
     finally:
         system.close()
-    return _figures(meter, latencies, heartbeat.lags, beat_cpu, loop="a loop in a side thread")
+    return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced.peak, loop="a loop in a side thread")
 
 
-def _figures(meter: Meter, latencies: list[float], lags: list[float], beat_cpu_s: float, loop: str) -> dict[str, Any]:
+def _figures(
+    meter: Meter, latencies: list[float], lags: list[float], beat_cpu_s: float, traced_peak: int, loop: str
+) -> dict[str, Any]:
     ordered = sorted(lags)
     return {
         "runs": len(latencies),
@@ -196,6 +224,7 @@ def _figures(meter: Meter, latencies: list[float], lags: list[float], beat_cpu_s
         "heartbeat_cpu_s": beat_cpu_s * len(lags),
         "syncs": meter.synced,
         "rss_growth_bytes": meter.rss_growth,
+        "traced_peak_bytes": traced_peak,
         "latencies_s": latencies,
         "lag_max_s": ordered[-1] if ordered else None,
         "lag_p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None,

@@ -119,7 +119,7 @@ class TracelockArun(AsyncSystem):
         self.runtime = Runtime(root / "store", workload.POLICY, llm=async_llm, toolkits=(kit,))
 
     async def run(self, number: int) -> Any:
-        result = await self.runtime.arun(tracelock_async_agent, workload.task(number))  # type: ignore[attr-defined]
+        result = await self.runtime.arun(tracelock_async_agent, workload.task(number))
         return _checked(result)
 
     async def close(self) -> None:
