@@ -74,7 +74,7 @@ def _default_worker_id() -> str:
 @click.command("worker")
 @click.argument("module")
 @click.option("--queue", "queues", multiple=True, default=("default",), show_default=True, help="Queue to serve (repeat for several).")
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 1024), help="Runs in flight at once in this worker.")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 1024), help="Runs in flight at once in this worker (sync agents in threads, async agents on one event loop).")
 @click.option("--queue-limit", default=None, type=click.IntRange(1), help="At most this many runs of each queue in flight across every worker.")
 @click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(100), help="Lease length (renewed every third of it).")
 @click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(0), help="Seconds in-flight runs get to finish after SIGTERM before they are handed back.")
@@ -105,7 +105,8 @@ def worker_command(
 
     MODULE is imported for its toolkits (tools and agents) and its POLICY. Each run is held
     under a lease with a fencing token: a worker that loses its lease (paused, cut off) has
-    its appends refused. SIGTERM: take nothing more, let the runs in flight finish for
+    its appends refused. A sync agent's run takes one of the worker's threads; the runs of
+    ``async def`` agents are tasks of one event loop (no thread each). SIGTERM: take nothing more, let the runs in flight finish for
     --grace seconds, hand the rest back. Exit 1 if a run could not be served."""
     toolkits: list[Toolkit] = toolkits_of(module)
     module_policy = _module_policy(module) if policy is None else None
@@ -144,8 +145,9 @@ def worker_command(
         click.echo(f"worker {report.worker}: " + ", ".join(f"{n} {what}" for what, n in sorted(report.counts().items())), err=True)
     code = EXIT_CHECK_FAILED if failed else 0
     if any(row["outcome"] == "handed_back" for row in report.runs):
-        # Threads of handed-back runs may still be inside agent code: they must not keep
-        # the process alive (their appends are refused; their runs are queued again).
+        # Threads of handed-back runs (and cancelled async runs still unwinding) may be
+        # inside agent code: they must not keep the process alive (their appends are
+        # refused; their runs are queued again).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -303,8 +303,13 @@ class RunJournal:
         # In a batch (recovery), state changes and ends are made durable together by the
         # caller's final sync, before anything is reported; effects keep their own rules.
         self.batch = batch
-        # The seq of the newest irreversible result not yet known durable (None: none). A
-        # durable append covers every entry written before it (the store syncs a prefix).
+        # Which irreversible result is owed durability, told by the journal's own count of
+        # appends that returned (``_returned``): the newest one not yet known durable (None:
+        # none). A durable append (or a sync) covers every append that returned before it
+        # began, since the store makes a prefix durable; counting returns, not seqs, lets a
+        # result be held (no seq at hand) and stays right when a gather's members append
+        # from several threads at once.
+        self._returned = 0
         self._owed: int | None = None
         self._owed_lock = threading.Lock()
 
@@ -316,47 +321,57 @@ class RunJournal:
         meta: dict[str, Any] | None = None,
         durable: bool,
         new_run: bool = False,
+        owed: bool = False,
     ) -> Entry:
         store = self.store
-        if (durable or self.strict) and bridge.active():
-            # An async caller's run: the loop goes on meanwhile, and the runs waiting on it
-            # share one commit.
-            entry = bridge.wait(store.append_async(self.run_id, kind, payload=payload, meta=meta, new_run=new_run))
-        else:
-            entry = store.append(
-                self.run_id, kind, payload=payload, meta=meta, durable=durable or self.strict, new_run=new_run
+        before = self._returned
+        durable = durable or self.strict
+        if bridge.active():
+            # An async caller's run: the loop goes on meanwhile (a commit to wait for is
+            # awaited, and the runs waiting on one share it).
+            entry = bridge.wait(
+                store.append_async(self.run_id, kind, payload=payload, meta=meta, new_run=new_run, durable=durable)
             )
-        if durable and self._owed is not None:
-            self._covered(entry.seq)
+        else:
+            entry = store.append(self.run_id, kind, payload=payload, meta=meta, durable=durable, new_run=new_run)
+        self._returning(covers=before if durable else None, owed=owed and not self.strict)
         return entry
 
     def _hold(
         self, kind: str, payload: Any = NO_PAYLOAD, *, meta: dict[str, Any] | None = None, new_run: bool = False
     ) -> int:
-        """An entry of an effect that cannot change the world; returns its timestamp."""
+        """An entry that needs no durability of its own: it may wait in the process for the
+        store's next durable append or sync (``Store.append_held``); returns its timestamp."""
         if self.strict:
             return self._append(kind, payload, meta=meta, durable=True, new_run=new_run).ts
-        return self.store.append_held(self.run_id, kind, payload=payload, meta=meta, new_run=new_run)
+        ts = self.store.append_held(self.run_id, kind, payload=payload, meta=meta, new_run=new_run)
+        self._returning()
+        return ts
 
-    def _covered(self, seq: int) -> None:
+    def _returning(self, *, covers: int | None = None, owed: bool = False) -> None:
+        """Count an append that returned; ``covers``: it was durable, and covers every append
+        that had returned when it began (that many); ``owed``: it is an irreversible result."""
         with self._owed_lock:
-            if self._owed is not None and self._owed <= seq:
+            self._returned += 1
+            if covers is not None and self._owed is not None and self._owed <= covers:
                 self._owed = None
+            if owed:
+                self._owed = self._returned
 
     def settle(self) -> None:
         """Make an irreversible result durable before an effect that leaves the process runs
         (it could carry what the result told the agent to the world)."""
         if self._owed is None:
             return
+        before = self._returned
+        # Syncs everything appended so far, the owed result included.
+        if bridge.active():
+            bridge.wait(self.store.sync_async())
+        else:
+            self.store.sync()
         with self._owed_lock:
-            owed = self._owed
-        if owed is not None:
-            # Syncs everything written so far, the owed result included.
-            if bridge.active():
-                bridge.wait(self.store.sync_async())
-            else:
-                self.store.sync()
-            self._covered(owed)
+            if self._owed is not None and self._owed <= before:
+                self._owed = None
 
     def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> int:
         """The run's start; returns its timestamp (the run's start time)."""
@@ -379,11 +394,7 @@ class RunJournal:
         the next sync point (:meth:`settle`, a state, the end), not here: until then only
         this process has seen it, and a crash before it leaves the intent without a result,
         which recovery never executes again."""
-        entry = self._append(RESULT, _encoded(doc, known), durable=False)
-        if irreversible and not self.strict:
-            with self._owed_lock:
-                self._owed = entry.seq if self._owed is None else max(self._owed, entry.seq)
-        return entry
+        return self._append(RESULT, _encoded(doc, known), durable=False, owed=irreversible)
 
     def gather_order(self, first: int, steps: list[int]) -> None:
         self._hold(GATHER, {"first": first, "steps": steps})

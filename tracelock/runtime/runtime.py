@@ -84,11 +84,11 @@ class Runtime(Engine):
 
     async def areplay(self, run_id: str, agent: Callable[..., Any] | str | None = None) -> ReplayReport:
         """:meth:`replay`, awaited on the caller's event loop (an ``async def`` agent runs on it)."""
-        return await bridged(self.replay, run_id, agent)
+        return await self.admission.run(lambda: bridged(self.replay, run_id, agent))
 
     async def arecover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
         """:meth:`recover`, awaited on the caller's event loop (see :meth:`Engine.arun`)."""
-        return await bridged(self.recover, progress=progress, force=force)
+        return await self.admission.run(lambda: bridged(self.recover, progress=progress, force=force))
 
     def recover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
         """Continue every unfinished run that needs no human (see :mod:`recovery`); runs the

@@ -234,7 +234,15 @@ class Store(Protocol):
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         new_run: bool = False,
-    ) -> Awaitable[Entry]: ...
+        durable: bool = True,
+    ) -> Awaitable[Entry]:
+        """:meth:`append` for a coroutine of the running loop, to be awaited: the entry's
+        place is fixed by the call; the await returns it once it is durable (``durable``),
+        or once it is where :meth:`append` with ``durable=False`` would have left it. The
+        loop is not blocked meanwhile beyond the backend's own work on it (the directory
+        store writes at once; its group commit runs one ``fdatasync`` on the loop for every
+        coroutine waiting)."""
+        ...
 
     def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]: ...
 

@@ -205,3 +205,30 @@ def test_tracing_changes_no_journal_byte_and_no_fingerprint(tmp_path_factory: py
     ids = {format(span.context.trace_id, "032x") for span in exporter.get_finished_spans()}
     ids |= {format(span.context.span_id, "016x") for span in exporter.get_finished_spans()}
     assert not any(value.encode() in store_bytes(traced_dir) for value in ids)
+
+
+async def async_agent(ctx: Any, question: str) -> Any:
+    reply = await ctx.llm(model="gpt-test", messages=[{"role": "user", "content": question}])
+    found = [await ctx.call("lookup", key="a")] + await ctx.gather(ctx.task("lookup", key="b"), ctx.task("lookup", key="c"))
+    return {"reply": reply["content"], "found": found}
+
+
+def test_awaited_runs_on_one_loop_each_get_their_own_trace(tmp_path: Path, exporter: InMemorySpanExporter) -> None:
+    import asyncio
+
+    async def main() -> list[Any]:
+        with _runtime(tmp_path) as runtime:
+            _traced(runtime, exporter)
+            return await asyncio.gather(*(runtime.arun(async_agent, f"q{number}") for number in range(4)))
+
+    results = asyncio.run(main())
+    assert all(result.ok for result in results)
+    spans = exporter.get_finished_spans()
+    runs = {span.attributes["tracelock.run.id"]: span for span in spans if span.name.startswith("invoke_agent")}  # type: ignore[index]
+    assert sorted(runs) == sorted(result.run_id for result in results)
+    for result in results:
+        run_span = runs[result.run_id]
+        assert run_span.parent is None
+        steps = [s for s in spans if s is not run_span and s.context.trace_id == run_span.context.trace_id]
+        assert len(steps) == len(result.effects) == 4
+        assert all(s.parent is not None and s.parent.span_id == run_span.context.span_id for s in steps)

@@ -8,10 +8,11 @@ they complete, so nothing is read ahead of the caller.
 
 Steps are journaled in step order: another step of the run first finishes the open stream
 (:meth:`LiveStream.before_step` reads the rest, which the caller then reads from memory).
-An ``async`` stream can only be read on its event loop, so a step started on that loop
-while it is open (a ``ctx`` door of an ``async`` agent) is refused with
-``CaptureStreamOpenError``; a captured request, whose step runs in its own thread, finishes
-it. At the end of the run a stream still open is recorded as closed by the caller.
+An ``async`` stream can only be read on its event loop: a step started from another thread
+has it read there, and a step bridged on that loop (a captured request, an awaited ``ctx``
+door, a hooked tool call) reads it while it waits; a step started on the loop outside a
+bridged call (``ctx.now()`` in an ``async`` agent), which cannot wait for the loop, is
+refused with ``CaptureStreamOpenError``. At the end of the run a stream still open is recorded as closed by the caller.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from tracelock.integrations.http.errors import CaptureStreamOpenError
 from tracelock.integrations.http.exchange import StreamRecorder, error_doc
+from tracelock.runtime import bridge
 from tracelock.runtime.pipeline.pipeline import Pipeline
 from tracelock.runtime.strict.guard import runtime_code
 
@@ -281,6 +283,12 @@ class AsyncLiveStream(_Live):
             here = asyncio.get_running_loop()
         except RuntimeError:
             here = None
+        if here is self.loop and bridge.active():
+            # A bridged step on the stream's own loop (a captured request, a hooked tool
+            # call, an awaited ``ctx`` door): the rest is read on the loop while it waits.
+            bridge.wait(self._drain())
+            self._recorded_on_loop()
+            return
         if here is self.loop:
             raise CaptureStreamOpenError(
                 "a step was started while a captured async stream is still open: read the stream "
@@ -300,4 +308,20 @@ class AsyncLiveStream(_Live):
             self.finish(None, closed=True)
             if self.loop.is_running():
                 asyncio.run_coroutine_threadsafe(self.response.aclose(), self.loop)
-        self.recorded()
+        self._recorded_on_loop()
+
+    def _recorded_on_loop(self) -> None:
+        """:meth:`recorded`, awaited when called in a bridged call (the loop goes on)."""
+        assert self.outcome is not None
+        if bridge.active():
+            bridge.wait(_settled(self.outcome))
+        else:
+            self.recorded()
+
+
+async def _settled(outcome: concurrent.futures.Future[Any]) -> None:
+    """Wait until ``outcome`` is set, whatever it holds (it is read from ``outcome``)."""
+    wrapped = asyncio.wrap_future(outcome)
+    await asyncio.wait([wrapped])
+    if not wrapped.cancelled():
+        wrapped.exception()  # marked retrieved: the caller gets it from ``outcome`` itself

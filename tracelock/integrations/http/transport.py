@@ -34,6 +34,8 @@ from tracelock.integrations.http.exchange import (
     read_result,
 )
 from tracelock.integrations.http.live import AsyncLiveStream, LiveStream, futures, offer, start
+from tracelock.runtime import bridge
+from tracelock.runtime.bridge import bridged
 from tracelock.runtime.doors.current import current_pipeline
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.pipeline.codes import HTTP_CONNECT_ERROR, HTTP_TIMEOUT, HTTP_TRANSPORT_ERROR
@@ -244,8 +246,10 @@ class CaptureTransport(Capturing):
         return self._answer(lib, made, request)
 
     async def handle_async_request(self, request: Any) -> Any:
-        """An async client's request. The step runs in a thread of its own (the pipeline
-        blocks on journal syncs); the wrapped transport runs on the caller's event loop."""
+        """An async client's request. The wrapped transport runs on the caller's event loop.
+        A request that does not ask for a stream runs its step there too, as a bridged call
+        (:mod:`tracelock.runtime.bridge`): the pipeline's waits, the exchange among them,
+        are awaited on the loop, which goes on meanwhile, and no thread is involved."""
         pipeline = current_pipeline()
         lib = _library(request)
         inner = self._inner(lib, True)
@@ -264,7 +268,7 @@ class CaptureTransport(Capturing):
                 except Exception as exc:
                     raise failure_of(exc) from None
             api = step.name if step.kind == "llm" else None
-            if self._streams_live(step, response):
+            if streaming and self._streams_live(step, response):
                 return _streams(lib)[2](pipeline, self._recorder(response, api), response,
                                         lambda result: _stream_error(lib, result, request))
             with runtime_code():
@@ -280,12 +284,28 @@ class CaptureTransport(Capturing):
             return self._result(response, api, _replay(chunks, error), made)
 
         def perform() -> Any:
-            got = asyncio.run_coroutine_threadsafe(exchange(), loop).result()
+            if bridge.active():  # the step is a bridged call on the caller's loop
+                got = bridge.wait(exchange())
+            else:  # the step's own thread (a stream's)
+                got = asyncio.run_coroutine_threadsafe(exchange(), loop).result()
             if isinstance(got, Encoded):
                 return got
             return self._go_live(got, pipeline, lib, request, made)
 
         step = self._step(pipeline, request, content, perform)
+        streaming = asks_for_stream(request.headers.multi_items(), step.args)
+        if not streaming:
+            # An event stream answering anyway is read whole, as for a sync client.
+            with runtime_code():  # a door's own work: the pipeline's step
+                try:
+                    result: dict[str, Any] = await bridged(pipeline.run, step)
+                except StepError as error:
+                    raise self._failure(lib, error, request) from None
+                return self._response(lib, result, request, made)
+        # A stream keeps a thread of its own for its step: the step stays in EXECUTE while
+        # the caller reads, and whatever finishes the stream for another step (a sync
+        # thread's ``before_step``, the end of the run) waits for its record by blocking,
+        # which a step suspended on this loop could never answer while the loop is held.
         made.outcome, made.ready = futures()
         with runtime_code():  # a door's own work: the thread is the runtime's
             start(pipeline, step, made.outcome, made.ready)

@@ -14,11 +14,21 @@ steps are numbered in the order they reach the pipeline. So that a run is record
 replayed in one order, the calls of one message take their turn in the message's order (the
 model's), one after the other; a call whose message the hook cannot find in the state runs
 when it arrives.
+
+``async``. ``awrap_tool_call`` (what ``graph.ainvoke`` reaches) runs the same step on the
+caller's event loop, with no thread: the step is the sync hook's, run by
+:func:`~tracelock.runtime.bridge.bridged`, so each place the pipeline waits (a durable journal
+append, an ``async`` tool, a sleep) is awaited on the loop, and a sync tool runs in the
+runtime's tool pool. A call waiting for its turn awaits it. The loop keeps running the
+graph's other tasks meanwhile (in an awaited run, ``await runtime.arun(agent)``, as in an
+``async`` agent run by ``runtime.run``). A coroutine always runs on its loop's own stack, so
+there is no place where this hook could not bridge, and no thread fallback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
@@ -26,6 +36,7 @@ from typing import Any, Literal
 from tracelock.core.canonical import dumps
 from tracelock.integrations.langgraph import strict
 from tracelock.integrations.langgraph.errors import LangGraphOutsideRunError, missing
+from tracelock.runtime.bridge import bridged
 from tracelock.runtime.doors.current import current_pipeline
 from tracelock.runtime.errors import StepError
 from tracelock.runtime.pipeline.pipeline import Pipeline
@@ -70,14 +81,20 @@ def _siblings(state: Any, call_id: str) -> tuple[str, ...] | None:
     return None
 
 
+_Key = tuple[Pipeline, tuple[str, ...]]
+
+
 class _Turns:
-    """Per run and model message, whose turn it is: the index of the next call to run."""
+    """Per run and model message, whose turn it is: the index of the next call to run.
+    A thread waits for its turn on a condition, a task awaits a future of its loop; a
+    call that leaves wakes both kinds."""
 
     def __init__(self, wait_s: float) -> None:
         self._wait_s = wait_s
         self._cond = threading.Condition()
         # Keyed by the pipeline object itself: a replay and its recording share a run id.
-        self._next: dict[tuple[Pipeline, tuple[str, ...]], int] = {}
+        self._next: dict[_Key, int] = {}
+        self._waiting: dict[_Key, list[asyncio.Future[None]]] = {}
 
     def enter(self, pipeline: Pipeline, siblings: tuple[str, ...], index: int) -> None:
         key = (pipeline, siblings)
@@ -85,6 +102,28 @@ class _Turns:
             # Bounded: a sibling that never comes (a graph that sends only some of a
             # message's calls) must not hang the run; then calls run as they arrive.
             self._cond.wait_for(lambda: self._next.get(key, 0) >= index, timeout=self._wait_s)
+
+    async def aenter(self, pipeline: Pipeline, siblings: tuple[str, ...], index: int) -> None:
+        """:meth:`enter` for a task: awaits its turn (bounded alike), the loop goes on."""
+        key = (pipeline, siblings)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._wait_s):
+                while True:
+                    with self._cond:  # held only to look: never across an await
+                        if self._next.get(key, 0) >= index:
+                            return
+                        woken: asyncio.Future[None] = loop.create_future()
+                        self._waiting.setdefault(key, []).append(woken)
+                    try:
+                        await woken
+                    finally:
+                        with self._cond:
+                            waiters = self._waiting.get(key)
+                            if waiters is not None and woken in waiters:
+                                waiters.remove(woken)
+                                if not waiters:
+                                    del self._waiting[key]
 
     def leave(self, pipeline: Pipeline, siblings: tuple[str, ...], index: int) -> None:
         key = (pipeline, siblings)
@@ -95,6 +134,14 @@ class _Turns:
             else:
                 self._next[key] = done
             self._cond.notify_all()
+            woken = self._waiting.pop(key, [])
+        for future in woken:  # each looks again, on its own loop
+            future.get_loop().call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class ToolCallDoor:
@@ -116,38 +163,65 @@ class ToolCallDoor:
     @door
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
         """``ToolNode``'s ``wrap_tool_call``: run ``request.tool_call`` as a step."""
-        pipeline = current_pipeline()
-        if pipeline is None:
-            raise LangGraphOutsideRunError(
-                "a ToolNode with the tracelock hook ran outside a run: invoke the graph inside an "
-                "agent the tracelock runtime drives (runtime.run(agent, input))"
-            )
-        messages = _messages_module()
-        call = request.tool_call
-        call_id = str(call.get("id"))
-        siblings = _siblings(request.state, call_id) if call.get("id") is not None else None
-        turn = (siblings, siblings.index(call_id)) if siblings is not None and len(siblings) > 1 else None
+        pipeline = _pipeline()
+        turn = _turn(request)
         if turn is not None:
             self._turns.enter(pipeline, *turn)
         try:
-            step = tool_request(pipeline.env.tools, call["name"], dict(call.get("args") or {}))
-            try:
-                result = pipeline.run(step)
-            except StepError as error:
-                if self.errors == "raise":
-                    raise
-                return messages.ToolMessage(content=error_text(error), name=call["name"], tool_call_id=call.get("id"), status="error")
+            return self._step(pipeline, request.tool_call)
         finally:
             if turn is not None:
                 self._turns.leave(pipeline, *turn)
-        return messages.ToolMessage(content=_content(result), name=call["name"], tool_call_id=call.get("id"), status="success")
 
     async def awrap_tool_call(self, request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
-        """``ToolNode``'s ``awrap_tool_call``: the same step, in a thread (the pipeline blocks
-        on journal syncs and the tool may too), with the run's context. The hand-off is
-        the door's work, not agent code's: strict mode lets it through."""
+        """``ToolNode``'s ``awrap_tool_call``: the same step, on the caller's event loop (a
+        bridged call: the pipeline's waits are awaited there, see the module). The hook's
+        own work, not agent code's: strict mode lets it through."""
         with runtime_code():
-            return await asyncio.to_thread(self.wrap_tool_call, request, execute)
+            pipeline = _pipeline()
+            turn = _turn(request)
+            if turn is not None:
+                await self._turns.aenter(pipeline, *turn)
+            try:
+                message: Any = await bridged(self._step, pipeline, request.tool_call)
+            finally:
+                if turn is not None:
+                    self._turns.leave(pipeline, *turn)
+            return message
+
+    def _step(self, pipeline: Pipeline, call: Any) -> Any:
+        """The step of one tool call, and the ``ToolMessage`` its result (or failure) makes."""
+        messages = _messages_module()
+        step = tool_request(pipeline.env.tools, call["name"], dict(call.get("args") or {}))
+        try:
+            result = pipeline.run(step)
+        except StepError as error:
+            if self.errors == "raise":
+                raise
+            return messages.ToolMessage(content=error_text(error), name=call["name"], tool_call_id=call.get("id"), status="error")
+        return messages.ToolMessage(content=_content(result), name=call["name"], tool_call_id=call.get("id"), status="success")
+
+
+def _pipeline() -> Pipeline:
+    pipeline = current_pipeline()
+    if pipeline is None:
+        raise LangGraphOutsideRunError(
+            "a ToolNode with the tracelock hook ran outside a run: invoke the graph inside an "
+            "agent the tracelock runtime drives (runtime.run(agent, input))"
+        )
+    return pipeline
+
+
+def _turn(request: Any) -> tuple[tuple[str, ...], int] | None:
+    """The call's message's call ids and its index among them, when it has siblings."""
+    call = request.tool_call
+    if call.get("id") is None:
+        return None
+    call_id = str(call.get("id"))
+    siblings = _siblings(request.state, call_id)
+    if siblings is None or len(siblings) < 2:
+        return None
+    return siblings, siblings.index(call_id)
 
 
 def _content(result: Any) -> Any:

@@ -1,10 +1,11 @@
 """Where an MCP server is, and the one connection to it, opened on first use.
 
-The official ``mcp`` SDK is async (anyio). tracelock runs a tool's function synchronously on
-the step's thread, so the adapter owns **one event loop in a thread of its own** per server:
-the ``mcp.Client`` is entered, used and left on that loop, and a tool call made from any
-thread (a sync agent, a gather's pool thread, an async agent's loop) submits its coroutine
-there and waits for the answer. The client's anyio task group is entered and left by one
+The official ``mcp`` SDK is async (anyio). One connection serves every caller (sync agents,
+a gather's pool threads, async agents on their own loops), so the adapter owns **one event
+loop in a thread of its own** per server: the ``mcp.Client`` is entered, used and left on
+that loop, and a tool call submits its coroutine there. :meth:`McpServer.acall` (what the
+tools of :mod:`.tools` run) awaits the answer on the caller's loop, which goes on meanwhile;
+:meth:`McpServer.call` blocks the calling thread until it comes. The client's anyio task group is entered and left by one
 task that holds the connection open, as anyio requires.
 
 Nothing connects until something needs the server: listing its tools, or a step that runs
@@ -294,40 +295,80 @@ class McpServer:
         connection broke. Past ``timeout`` seconds the call is cancelled and
         ``TimeoutError`` raised (the step ends ``TOOL_TIMEOUT``)."""
         _require_mcp()
-        from mcp import MCPError
-
         try:
             loop, opened = self._session()
         except McpConnectError as exc:
             raise StepFailure(MCP_UNREACHABLE, exc.message, server=self.name) from None
-        future = loop.submit(
-            opened.client.call_tool(tool, dict(arguments), meta=dict(meta) if meta is not None else None)
-        )
+        future = loop.submit(self._request(opened, tool, arguments, meta))
         try:
             result = future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError(f"MCP tool {tool}") from None
-        except MCPError as exc:
-            if exc.code == _CONNECTION_CLOSED:
-                self._mark_broken(opened)
-                raise StepFailure(
-                    MCP_UNREACHABLE, f"MCP server {self.name}: {exc.message}", server=self.name, tool=tool
-                ) from None
-            raise StepFailure(
-                MCP_REQUEST_FAILED,
-                f"MCP server {self.name} refused the call to {tool}: [{exc.code}] {exc.message}",
-                server=self.name, tool=tool, error_code=exc.code,
-            ) from None
         except Exception as exc:
-            self._mark_broken(opened)
-            raise StepFailure(
-                MCP_UNREACHABLE, f"MCP server {self.name}: {_describe(exc)}",
-                server=self.name, tool=tool, exception=type(exc).__name__,
-            ) from None
+            raise self._failed(opened, tool, exc) from None
         except BaseException:  # a deadline or an interrupt ends the wait: end the call too
             future.cancel()
             raise
+        return self._document(tool, result)
+
+    async def acall(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`call` for a coroutine: the request is made on the adapter's loop (the
+        connection lives there) and awaited on the caller's, which goes on meanwhile.
+        Cancelling the await (a deadline) cancels the request. Only the first call, which
+        opens the connection, waits for it in a worker thread."""
+        _require_mcp()
+        current, running = self._open, self._loop
+        if current is not None and not current.broken and running is not None:
+            loop, opened = running, current
+        else:
+            try:
+                loop, opened = await asyncio.to_thread(self._session)
+            except McpConnectError as exc:
+                raise StepFailure(MCP_UNREACHABLE, exc.message, server=self.name) from None
+        # The wrapping future cancels the request on the adapter's loop when it is cancelled.
+        answer = asyncio.wrap_future(loop.submit(self._request(opened, tool, arguments, meta)))
+        try:
+            async with asyncio.timeout(timeout):
+                result = await answer
+        except TimeoutError:  # the request was cancelled at the deadline
+            raise TimeoutError(f"MCP tool {tool}") from None
+        except Exception as exc:
+            raise self._failed(opened, tool, exc) from None
+        return self._document(tool, result)
+
+    @staticmethod
+    async def _request(opened: _Open, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None) -> Any:
+        return await opened.client.call_tool(tool, dict(arguments), meta=dict(meta) if meta is not None else None)
+
+    def _failed(self, opened: _Open, tool: str, exc: Exception) -> StepFailure:
+        """The step failure a call that raised ``exc`` ends with."""
+        from mcp import MCPError
+
+        if isinstance(exc, MCPError):
+            if exc.code == _CONNECTION_CLOSED:
+                self._mark_broken(opened)
+                return StepFailure(MCP_UNREACHABLE, f"MCP server {self.name}: {exc.message}", server=self.name, tool=tool)
+            return StepFailure(
+                MCP_REQUEST_FAILED,
+                f"MCP server {self.name} refused the call to {tool}: [{exc.code}] {exc.message}",
+                server=self.name, tool=tool, error_code=exc.code,
+            )
+        self._mark_broken(opened)
+        return StepFailure(
+            MCP_UNREACHABLE, f"MCP server {self.name}: {_describe(exc)}",
+            server=self.name, tool=tool, exception=type(exc).__name__,
+        )
+
+    def _document(self, tool: str, result: Any) -> dict[str, Any]:
+        """The result document of a call's answer, or its ``MCP_TOOL_ERROR``."""
         doc = result_document(result)
         if result.is_error:
             raise StepFailure(

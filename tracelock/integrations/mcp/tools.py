@@ -45,17 +45,20 @@ def side_effect_of(annotations: Mapping[str, Any] | None) -> SideEffect:
 
 
 def _caller(server: McpServer, mcp_name: str, timeout: float | None, wants_key: bool) -> Callable[..., Any]:
+    """The tool's function: ``async``, so that an awaited run awaits the call on its own
+    loop (no thread held while the server works); a sync run awaits it in its thread's
+    loop (see ``tracelock.runtime.tools.invoke``)."""
     if wants_key:
 
-        def call_with_key(**arguments: Any) -> Any:
+        async def call_with_key(**arguments: Any) -> Any:
             key = arguments.pop("idempotency_key", None)
             meta = {IDEMPOTENCY_META: key} if isinstance(key, str) else None
-            return server.call(mcp_name, arguments, timeout=timeout, meta=meta)
+            return await server.acall(mcp_name, arguments, timeout=timeout, meta=meta)
 
         return call_with_key
 
-    def call(**arguments: Any) -> Any:
-        return server.call(mcp_name, arguments, timeout=timeout)
+    async def call(**arguments: Any) -> Any:
+        return await server.acall(mcp_name, arguments, timeout=timeout)
 
     return call
 

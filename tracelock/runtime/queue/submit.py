@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["QueueRunError", "QueueTimeoutError", "RunHandle", "submit"]
 
-#: What ``RunHandle.status`` answers once the row is known: the queue's word for runs not
-#: started yet, else the run's lifecycle state.
+#: The first and the longest pause (seconds) between two looks of a handle at its run.
 _POLL_FIRST = 0.002
 _POLL_MAX = 0.1
 

@@ -20,21 +20,31 @@ A worker whose lease was taken over (it was paused or cut off past the lease) ha
 later append of that run refused (``RUN_LEASE_LOST``): it drops the run, which is the new
 holder's. On ``stop`` (SIGTERM in ``tracelock worker``) it takes nothing more, lets the runs
 in flight finish for ``grace`` seconds, then hands the rest back (their tokens are void at
-once: anything the abandoned threads still try to append is refused).
+once: anything the abandoned threads still try to append is refused; the abandoned async
+runs are cancelled).
+
+Where a run is driven: a sync agent's run takes a thread of the worker's pool for as long as
+it is in flight; an ``async def`` agent's run is a task of the worker's one event loop
+(:mod:`tracelock.runtime.queue.loop`), driven by the same code through
+:func:`tracelock.runtime.bridge.bridged`, so that the runs waiting on their tools, models
+and appends hold no thread. ``concurrency`` counts both.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracelock.core.canonical import loads
 from tracelock.errors import TracelockError
-from tracelock.runtime.errors import AgentDefinitionError, DivergenceError
+from tracelock.runtime.bridge import bridged
+from tracelock.runtime.errors import AgentDefinitionError, AwaitRequiredError, DivergenceError
 from tracelock.runtime.queue.backends import queue_for
+from tracelock.runtime.queue.loop import WorkerLoop
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runs.engine import RunResult, result_from_record
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES
@@ -44,9 +54,12 @@ from tracelock.storage.errors import DurabilityError, RunNotFoundError, StoreClo
 from tracelock.storage.queue_backend import Claim, LeaseLostError, QueueBackend
 
 if TYPE_CHECKING:
+    from tracelock.runtime.records import RunRecord
     from tracelock.runtime.runs.engine import Engine
 
 __all__ = ["Worker", "WorkerReport", "requeue_if_resumable"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -84,7 +97,8 @@ def requeue_if_resumable(engine: Engine, run_id: str, backend: QueueBackend | No
 class Worker:
     """Serves ``queues`` of the runtime's store (see the module docstring).
 
-    ``concurrency``: runs in flight at once in this worker; ``queue_limit``: at most this
+    ``concurrency``: runs in flight at once in this worker (sync agents' runs in its
+    threads, async agents' runs on its event loop); ``queue_limit``: at most this
     many live leases per queue across every worker (None: no limit). ``lease_ms``: how long
     a lease lasts without a heartbeat (renewed every third of it). ``worker_id`` names the
     worker in its leases. ``wake``: the longest sleep between polls when nothing comes
@@ -125,6 +139,8 @@ class Worker:
         self._state = threading.Lock()
         self._held: dict[str, int] = {}
         self._lost: set[str] = set()
+        #: The event loop of the async agents' runs (made for the first one).
+        self._loop: WorkerLoop | None = None
         #: The store handle failed under a run: the worker stopped (exit 1 from the CLI).
         self.failed = False
 
@@ -185,7 +201,7 @@ class Worker:
                     with self._state:
                         self._held[run] = claim.token
                     self.backend.fences.hold(run, claim.token)
-                    futures[run] = (claim.token, pool.submit(self._serve, claim))
+                    futures[run] = (claim.token, self._start(claim, pool))
                     taken += 1
                 if claims:
                     pause = 0.01
@@ -207,17 +223,48 @@ class Worker:
             self._finish(futures, pool)
         return self.report
 
+    def _start(self, claim: Claim, pool: concurrent.futures.ThreadPoolExecutor) -> concurrent.futures.Future[None]:
+        """Drive the claimed run: on the event loop if its agent is ``async def``, else in a
+        thread of ``pool``."""
+        if not self._is_async(claim.item.agent):
+            return pool.submit(self._serve, claim)
+        if self._loop is None:
+            self._loop = WorkerLoop()
+        return self._loop.start(bridged(self._serve, claim))
+
+    def _is_async(self, agent: str) -> bool:
+        """Whether the queued agent reference names an ``async def`` agent (one that cannot
+        be resolved goes to a thread, which parks the run with the reason)."""
+        try:
+            func, _ = self.runtime._resolve_agent(agent)
+        except AwaitRequiredError:
+            return True  # an async agent, seen from a thread that runs a loop of its own
+        except Exception:
+            return False
+        return inspect.iscoroutinefunction(func)
+
     def _finish(self, futures: dict[str, tuple[int, concurrent.futures.Future[None]]], pool: Any) -> None:
         """The runs in flight get ``grace`` seconds; the rest are handed back."""
         pending = [future for _, future in futures.values()]
         concurrent.futures.wait(pending, timeout=self.grace)
+        abandoned = False
         for run, (token, future) in futures.items():
             if future.done():
                 continue
-            self.backend.fences.hold(run, -1)  # refuse the thread's appends at once, in this process too
+            abandoned = True
+            self.backend.fences.hold(run, -1)  # refuse the run's appends at once, in this process too
             handed = self.backend.hand_back(run, token)
+            future.cancel()  # an async run's task stops where it is; a thread cannot be stopped
             self._event({"run": run, "outcome": "handed_back" if handed else "lease_lost"})
         pool.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.close(wait=not abandoned)
+            self._loop = None
+
+    def _blocking(self, func: Callable[..., T], /, *args: Any) -> T:
+        """A blocking queue call of a run's: off the event loop for an async run."""
+        loop = self._loop
+        return loop.blocking(func, *args) if loop is not None else func(*args)
 
     def _heartbeats(self) -> None:
         interval = self.lease_ms / 3000
@@ -244,7 +291,7 @@ class Worker:
             row.update(outcome="lease_lost", reason=exc.message)
         except (AgentDefinitionError, DivergenceError) as exc:
             # Deterministic: no other worker would do better. Parked with the reason.
-            self.backend.finish(run, claim.token, "error", f"{exc.code}: {exc.message}")
+            self._blocking(self.backend.finish, run, claim.token, "error", f"{exc.code}: {exc.message}")
             row.update(outcome="error", reason=f"{exc.code}: {exc.message}")
         except (DurabilityError, StoreClosedError) as exc:
             # This process's store handle is done (a commit in doubt): the worker stops, so
@@ -282,26 +329,35 @@ class Worker:
             return run in self._lost
 
     def _drive(self, claim: Claim) -> RunResult:
-        # The claim's lease is the run's lease: the runtime drives the run under it.
+        # The claim's lease is the run's lease: the runtime drives the run under it. The
+        # adoption is a context variable, set here, in the thread or the loop task that
+        # drives this run: each run sees its own.
         with RunOwner.adopted(claim.item.run, claim.token):
             return self._drive_adopted(claim)
 
     def _drive_adopted(self, claim: Claim) -> RunResult:
         runtime = self.runtime
         run = claim.item.run
-        runtime.store.catch_up()  # see what the previous holder appended
-        try:
-            record = load_run(runtime.store, run)
-        except RunNotFoundError:
-            record = None
+        record = self._blocking(self._record, run)
         if record is None:
             return runtime.run(claim.item.agent, loads(claim.item.input), run_id=run, tenant=claim.item.tenant)
         if record.status in TERMINAL_STATES or not resumable(record):
             return result_from_record(record)
         return runtime.resume(run, record=record)
 
+    def _record(self, run: str) -> RunRecord | None:
+        """The run's record as the store has it now (None: not started)."""
+        self.runtime.store.catch_up()  # see what the previous holder appended
+        try:
+            return load_run(self.runtime.store, run)
+        except RunNotFoundError:
+            return None
+
     def _leave(self, claim: Claim, result: RunResult) -> dict[str, Any]:
         """Release the run's lease in the state its result calls for."""
+        return self._blocking(self._release, claim, result)
+
+    def _release(self, claim: Claim, result: RunResult) -> dict[str, Any]:
         run = claim.item.run
         flush = getattr(self.runtime.store, "flush", None)
         if callable(flush):

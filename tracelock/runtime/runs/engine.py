@@ -46,6 +46,7 @@ from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.policy.sandbox import Sandbox
 from tracelock.runtime.provenance.record import Provenance
 from tracelock.runtime.records import RunJournal, RunRecord, audit_traceback, load_run
+from tracelock.runtime.runs.admission import Admission
 from tracelock.runtime.runs.lifecycle import TERMINAL_STATES, check_transition
 from tracelock.runtime.runs.ownership import RunOwner
 from tracelock.runtime.runs.prefix import child_recording
@@ -234,7 +235,9 @@ class Engine:
     definitions; :class:`Provenance`). ``lease_ms``: how long the lease of a run this runtime
     executes lasts without its heartbeat; ``busy_timeout``: how long a ``run`` with an
     idempotency key waits (seconds) for another owner of its run before ``RUN_BUSY``
-    (docs/recovery.md, "One owner per run").
+    (docs/recovery.md, "One owner per run"). ``loop_lag_ms``: the event-loop lag awaited
+    runs are admitted against, so that a loop running many stays responsive (None: every
+    awaited run starts at once; docs/async.md).
     """
 
     def __init__(
@@ -255,6 +258,7 @@ class Engine:
         provenance: Provenance | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
         busy_timeout: float = 60.0,
+        loop_lag_ms: float | None = 5.0,
     ) -> None:
         if durability not in ("auto", "strict"):
             raise ValueError("durability is 'auto' or 'strict'")
@@ -335,6 +339,8 @@ class Engine:
         self.owner = RunOwner(self.store, f"{pid}-{token}" if self._presence is not None else f"{pid}-{token}-unmarked", lease_ms)
         #: How long a ``run`` with an idempotency key waits for another owner of its run.
         self.busy_timeout = busy_timeout
+        #: How many awaited runs each event loop executes at once (:mod:`.admission`).
+        self.admission = Admission(loop_lag_ms)
 
     # -- registration ------------------------------------------------------------------
     @property
@@ -459,8 +465,10 @@ class Engine:
         on with its other tasks, and the runs waiting on durable appends share one commit.
         A sync agent works too (its doors wait the same way). Cancelling the awaiting task
         stops the run where it is, as a crash would: it stays unfinished for ``recover``."""
-        return await bridged(
-            self.run, agent, input, run_id=run_id, seed=seed, idempotency_key=idempotency_key, tenant=tenant
+        return await self.admission.run(
+            lambda: bridged(
+                self.run, agent, input, run_id=run_id, seed=seed, idempotency_key=idempotency_key, tenant=tenant
+            )
         )
 
     def _start(
@@ -863,7 +871,7 @@ class Engine:
 
     async def aresume(self, run_id: str, agent: Callable[..., Any] | str | None = None) -> RunResult:
         """:meth:`resume`, awaited on the caller's event loop (see :meth:`arun`)."""
-        return await bridged(self.resume, run_id, agent)
+        return await self.admission.run(lambda: bridged(self.resume, run_id, agent))
 
     def _resume_owned(self, run_id: str, agent: Callable[..., Any] | str | None, record: RunRecord) -> RunResult:
         if record.status in TERMINAL_STATES:

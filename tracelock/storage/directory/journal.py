@@ -149,6 +149,10 @@ class _Waiter:
             self.gate.release()
 
 
+#: How many coroutines a commit wakes per turn of their event loop (see ``_wake``).
+WAKE_SLICE = 16
+
+
 class GroupCommitLog:
     """Appends bytes to one file; concurrent callers share each ``write`` and ``fdatasync``.
 
@@ -371,11 +375,21 @@ class GroupCommitLog:
             if not isinstance(exc, Exception):
                 raise
             return
-        for _, future, value in waiting:
-            if not future.done():  # a cancelled waiter
-                future.set_result(value)
         if self.after_commit is not None:
             self.after_commit()
+        self._wake(loop, waiting, 0)
+
+    def _wake(self, loop: asyncio.AbstractEventLoop, waiting: list[tuple[int, asyncio.Future[Any], Any]], start: int) -> None:
+        """Wake the waiters a commit covered, :data:`WAKE_SLICE` per turn of the loop: what
+        each does next (its run's next steps) is then spread over several turns, so that a
+        commit covering hundreds of runs never holds the loop, and what else it serves,
+        for all of them at once."""
+        end = start + WAKE_SLICE
+        for _, future, value in waiting[start:end]:
+            if not future.done():  # a cancelled waiter
+                future.set_result(value)
+        if end < len(waiting):
+            loop.call_soon(self._wake, loop, waiting, end)
 
     def _check(self) -> None:
         if self._error is not None:

@@ -4,6 +4,7 @@ payload erasure."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -23,6 +24,15 @@ __all__ = ["Writes"]
 _Item = tuple[str, str, Any, dict[str, Any] | None, bool]
 
 _INDEX_BATCH = 2048
+#: The batch of an event loop's appends (``append_async``): a flush runs on the loop's
+#: thread, and a smaller one holds the loop for a few milliseconds, not tens.
+_LOOP_INDEX_BATCH = 256
+
+
+def _done(entry: Entry) -> asyncio.Future[Entry]:
+    future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+    future.set_result(entry)
+    return future
 
 
 class Writes(MerkleQueries):
@@ -88,12 +98,16 @@ class Writes(MerkleQueries):
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         new_run: bool = False,
+        durable: bool = True,
     ) -> Awaitable[Entry]:
-        """:meth:`append` (durable) for a coroutine, to be awaited: concurrent tasks of one
-        event loop share each ``fdatasync`` (see ``GroupCommitLog.durable_future``). The
-        entry is queued when this is called; the await returns it once it is durable."""
+        """:meth:`append` for a coroutine, to be awaited: concurrent tasks of one event loop
+        share each ``fdatasync`` (see ``GroupCommitLog.durable_future``). The entry is
+        queued when this is called; the await returns it once it is durable. Not
+        ``durable``: written at once, as :meth:`append` does, and the awaitable is done."""
+        if not durable:
+            return _done(self.append(run, kind, payload=payload, meta=meta, durable=False, new_run=new_run))
         out, end, backlog, _ = self._enqueue(((run, kind, payload, meta, new_run),))
-        if backlog:
+        if backlog or len(self._pending.entries) >= _LOOP_INDEX_BATCH:
             self._flush_index()  # the rows of bytes already written (not yet this entry's)
         log = self._log
         assert log is not None  # _enqueue checked that this handle writes

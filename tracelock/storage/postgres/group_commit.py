@@ -68,7 +68,23 @@ class Request:
         return self.result
 
 
-def _settle_future(future: asyncio.Future[Any], request: Request) -> None:
+#: How many coroutines a commit wakes per turn of their event loop: what each does next
+#: is spread over several turns, so that a commit covering hundreds of runs never holds the
+#: loop, and what else it serves, for all of them at once.
+WAKE_SLICE = 16
+
+
+def _settle_futures(loop: asyncio.AbstractEventLoop, requests: list[Request], start: int) -> None:
+    end = start + WAKE_SLICE
+    for request in requests[start:end]:
+        _settle_future(request)
+    if end < len(requests):
+        loop.call_soon(_settle_futures, loop, requests, end)
+
+
+def _settle_future(request: Request) -> None:
+    future = request.future
+    assert future is not None
     if future.done():  # cancelled by its task: the entries are committed all the same
         return
     try:
@@ -130,7 +146,20 @@ class CommitQueue:
                 self._held.append(request)
                 return request.ts
             self._push_locked(request)
-            lead = self._wait_locked(request)
+            if asyncio._get_running_loop() is not None:
+                # Never block an event loop on a commit nobody needs to wait for: the
+                # worker commits it (an error goes to the run's next append, as when held).
+                request.held = True
+                start = not self._leading
+                self._leading = True
+                lead = False
+            else:
+                start = False
+                lead = self._wait_locked(request)
+        if start:
+            self._worker().submit(self._lead, None)
+        if request.held:
+            return request.ts
         if lead:
             self._lead(until=request)
         request.outcome()
@@ -303,8 +332,10 @@ class CommitQueue:
                 if request.held and request.error is not None:
                     self._note_held_error_locked(request)
             self._cond.notify_all()
+        by_loop: dict[asyncio.AbstractEventLoop, list[Request]] = {}
         for request in batch:
-            future, loop = request.future, request.loop
-            if future is not None and loop is not None:
-                with suppress(RuntimeError):  # a closed loop: nobody awaits the future any more
-                    loop.call_soon_threadsafe(_settle_future, future, request)
+            if request.future is not None and request.loop is not None:
+                by_loop.setdefault(request.loop, []).append(request)
+        for loop, settled in by_loop.items():
+            with suppress(RuntimeError):  # a closed loop: nobody awaits the futures any more
+                loop.call_soon_threadsafe(_settle_futures, loop, settled, 0)

@@ -302,11 +302,13 @@ class PostgresStore(PostgresLocks):
         payload: Any = NO_PAYLOAD,
         meta: dict[str, Any] | None = None,
         new_run: bool = False,
+        durable: bool = True,
     ) -> Awaitable[Entry]:
         """Queued when called (one handle's appends commit in call order); the awaitable
-        resolves once the transaction holding the entry has committed. The event loop keeps
-        running meanwhile (the commit runs on the handle's commit thread, shared with the
-        appends queued with it). An invalid item fails the awaitable, not the call."""
+        resolves once the transaction holding the entry has committed (``durable=False``
+        too, as with :meth:`append`). The event loop keeps running meanwhile (the commit
+        runs on the handle's commit thread, shared with the appends queued with it). An
+        invalid item fails the awaitable, not the call."""
         request = self._request(((run, kind, payload, meta, new_run),))
         future: Awaitable[Entry] = self._queue.submit_async(request, self._clock, single=True)
         return future
