@@ -49,7 +49,8 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check tracelock tests bench
 
-# `make bench` (full: 10k runs per system) or `make bench QUICK=1` (~500 runs). It uses its own
+# `make bench` (full: 10k runs per system) or `make bench QUICK=1` (~500 runs), then the
+# concurrency benchmark (bench.concurrency: 1 to 1,024 runs in flight). It uses its own
 # environment, .venv-bench (the project with the extras its benchmarks drive: openai for
 # bench.capture, postgres for bench.postgres, mcp and langgraph for bench.mcp/bench.adapters; plus the peers
 # it is compared with; reinstalled when this Makefile changes), never .venv, and is not part of
@@ -77,6 +78,7 @@ bench:
 	fi
 	$(BENCH_BIN)/python -m bench $(BENCH_FLAGS)
 	$(BENCH_BIN)/python -m bench.peers $(BENCH_FLAGS)
+	$(BENCH_BIN)/python -m bench.concurrency $(BENCH_FLAGS)
 
 lock: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
