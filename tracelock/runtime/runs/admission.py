@@ -6,8 +6,8 @@ so once more runs are ready than the loop can execute, every task of the loop (t
 service's other requests, its health checks) waits behind all of them: the loop's lag
 grows with the number of runs in flight, while throughput stays where the CPU caps it.
 
-So a runtime admits awaited runs through a gate per loop, whose limit follows the loop's
-lag, measured the way any task of the loop sees it: a probe scheduled every
+So a runtime asked to (``Runtime(loop_lag_ms=...)``; by default every run starts at
+once) admits awaited runs through a gate per loop, whose limit follows the loop's lag, measured the way any task of the loop sees it: a probe scheduled every
 :data:`PROBE_S` seconds while runs are in flight, and how late it runs. Judged over the
 last :data:`WINDOW` probes, so that one late wake-up (another process took the CPU, a
 garbage collection) moves nothing: when most of them ran later than the target

@@ -235,9 +235,9 @@ class Engine:
     definitions; :class:`Provenance`). ``lease_ms``: how long the lease of a run this runtime
     executes lasts without its heartbeat; ``busy_timeout``: how long a ``run`` with an
     idempotency key waits (seconds) for another owner of its run before ``RUN_BUSY``
-    (docs/recovery.md, "One owner per run"). ``loop_lag_ms``: the event-loop lag awaited
-    runs are admitted against, so that a loop running many stays responsive (None: every
-    awaited run starts at once; docs/async.md).
+    (docs/recovery.md, "One owner per run"). ``loop_lag_ms``: an event-loop lag awaited
+    runs are admitted against, so that a loop running many stays responsive at the cost of
+    throughput (None, the default: every awaited run starts at once; docs/async.md).
     """
 
     def __init__(
@@ -258,7 +258,7 @@ class Engine:
         provenance: Provenance | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
         busy_timeout: float = 60.0,
-        loop_lag_ms: float | None = 5.0,
+        loop_lag_ms: float | None = None,
     ) -> None:
         if durability not in ("auto", "strict"):
             raise ValueError("durability is 'auto' or 'strict'")

@@ -374,7 +374,7 @@ class GroupCommitLog:
                 return
             self._committing.add(loop)
             if self._committer is None:
-                self._committer = ThreadPoolExecutor(1, thread_name_prefix="tracelock-commit")
+                self._committer = ThreadPoolExecutor(1, thread_name_prefix="tracelock-commit")  # tracelock: allow TL-CONC-001 -- one thread makes the syncs; every order it could run them in makes the same bytes durable
             committer = self._committer
         committer.submit(self._commit_round, loop, waiting, max(goal for goal, _, _ in waiting))
 
