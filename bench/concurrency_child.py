@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from bench import workload
-from bench.concurrency_systems import SYSTEMS, AsyncSystem, ThreadedSystem
+from bench.concurrency_systems import SYSTEMS, WAITING, AsyncSystem, ThreadedSystem
 from bench.syncs import preloaded_count
 
 HEARTBEAT_S = 0.001
@@ -104,9 +104,12 @@ class Meter:
 
 
 class Traced:
-    """The peak of the Python heap (``tracemalloc``) over a block, above its size before."""
+    """The Python heap (``tracemalloc``) over a block: its peak above its size before, and
+    what it held (above that size) when most runs waited on their LLM call at once, with how
+    many did (``bench.concurrency_systems.WAITING``)."""
 
     def __enter__(self) -> Self:
+        WAITING.reset()
         tracemalloc.start()
         self.before = tracemalloc.get_traced_memory()[0]
         return self
@@ -114,6 +117,8 @@ class Traced:
     def __exit__(self, *exc: object) -> None:
         self.peak = tracemalloc.get_traced_memory()[1] - self.before
         tracemalloc.stop()
+        self.waiting = WAITING.most
+        self.held = max(0, WAITING.heap - self.before) if WAITING.most else 0
 
 
 def _check(number: int, output: Any) -> None:
@@ -155,7 +160,7 @@ async def _measure_async(system: AsyncSystem, root: Path, concurrency: int, runs
             await _async_workers(system, iter(range(runs + warmup, runs + warmup + concurrency)), concurrency, [])
     finally:
         await system.close()
-    return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced.peak, loop="the runs' own loop")
+    return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced, loop="the runs' own loop")
 
 
 # -- threaded systems ---------------------------------------------------------------------------
@@ -210,11 +215,11 @@ def _measure_threaded(system: ThreadedSystem, root: Path, concurrency: int, runs
             _thread_workers(system, iter(range(runs + warmup, runs + warmup + concurrency)), concurrency, [])
     finally:
         system.close()
-    return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced.peak, loop="a loop in a side thread")
+    return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced, loop="a loop in a side thread")
 
 
 def _figures(
-    meter: Meter, latencies: list[float], lags: list[float], beat_cpu_s: float, traced_peak: int, loop: str
+    meter: Meter, latencies: list[float], lags: list[float], beat_cpu_s: float, traced: Traced, loop: str
 ) -> dict[str, Any]:
     ordered = sorted(lags)
     return {
@@ -224,7 +229,9 @@ def _figures(
         "heartbeat_cpu_s": beat_cpu_s * len(lags),
         "syncs": meter.synced,
         "rss_growth_bytes": meter.rss_growth,
-        "traced_peak_bytes": traced_peak,
+        "traced_peak_bytes": traced.peak,
+        "held_bytes": traced.held,
+        "held_runs": traced.waiting,
         "latencies_s": latencies,
         "lag_max_s": ordered[-1] if ordered else None,
         "lag_p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None,

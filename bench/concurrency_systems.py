@@ -12,7 +12,9 @@ imports without them (the test environment has neither DBOS nor LangGraph).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +66,52 @@ class ThreadedSystem:
 
 
 # -- the workload's effects, awaitable ----------------------------------------------------------
+class Waiting:
+    """The Python heap held by the runs waiting on their LLM call: when most of them wait at
+    once (while ``tracemalloc`` traces), how many do and the heap's size then. What a run in
+    flight holds, apart from what the runs starting and ending around it allocate."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.inside = 0
+        self.most = 0
+        self.heap = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.inside += 1
+            if self.inside > self.most and tracemalloc.is_tracing():
+                self.most = self.inside
+                self.heap = tracemalloc.get_traced_memory()[0]
+
+    def leave(self) -> None:
+        with self._lock:
+            self.inside -= 1
+
+
+WAITING = Waiting()
+
+
 async def async_llm(request: dict[str, Any]) -> dict[str, Any]:
     """The LLM stand-in behind an awaited network round trip."""
-    await asyncio.sleep(LLM_LATENCY_S)
+    WAITING.enter()
+    try:
+        await asyncio.sleep(LLM_LATENCY_S)
+    finally:
+        WAITING.leave()
     return workload.llm_stand_in(request)
 
 
 def sleeping_llm(request: dict[str, Any]) -> dict[str, Any]:
     """The LLM stand-in behind a blocking network round trip."""
-    time.sleep(LLM_LATENCY_S)
+    WAITING.enter()
+    try:
+        time.sleep(LLM_LATENCY_S)
+    finally:
+        WAITING.leave()
     return workload.llm_stand_in(request)
 
 

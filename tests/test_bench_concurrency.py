@@ -45,7 +45,9 @@ def test_targets_report_each_figure_as_pass_or_miss() -> None:
         "latency_bound": 20480.0,
         "runs_per_cpu_s": 1000.0,
         "syncs_per_run": 0.5,
-        "kb_per_in_flight_run": 12.0,
+        "kb_per_in_flight_run": 31.0,  # the wave's peak: reported, not judged
+        "kb_held_per_waiting_run": 12.0,
+        "held_runs": 1000,
         "lag_max_ms": 4.0,
     }
     rows = concurrency.targets(_figures(subject, {"runs_per_s": 200.0}))
