@@ -10,6 +10,8 @@ from tracelock.runtime.bridge import bridged
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.queue.submit import RunHandle, submit
 from tracelock.runtime.queue.worker import requeue_if_resumable
+from tracelock.runtime.policy.policy import Policy
+from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.replay.replay import ReplayReport, replay_run
 from tracelock.runtime.runs.engine import (
     AsyncRunContext,
@@ -89,6 +91,38 @@ class Runtime(Engine):
     async def arecover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
         """:meth:`recover`, awaited on the caller's event loop (see :meth:`Engine.arun`)."""
         return await self.admission.run(lambda: bridged(self.recover, progress=progress, force=force))
+
+    def fork(
+        self,
+        run_id: str,
+        at: int,
+        agent: Callable[..., Any] | str | None = None,
+        *,
+        new_run_id: str | None = None,
+        policy: Policy | None = None,
+        allow_irreversible: bool = False,
+    ) -> RunResult:
+        """Continue a recorded run as a new run from step ``at`` (see :func:`fork_run`)."""
+        return fork_run(
+            self, run_id, at, agent, new_run_id=new_run_id, policy=policy, allow_irreversible=allow_irreversible
+        )
+
+    async def afork(
+        self,
+        run_id: str,
+        at: int,
+        agent: Callable[..., Any] | str | None = None,
+        *,
+        new_run_id: str | None = None,
+        policy: Policy | None = None,
+        allow_irreversible: bool = False,
+    ) -> RunResult:
+        """:meth:`fork`, awaited on the caller's event loop (see :meth:`Engine.arun`)."""
+        return await self.admission.run(
+            lambda: bridged(
+                self.fork, run_id, at, agent, new_run_id=new_run_id, policy=policy, allow_irreversible=allow_irreversible
+            )
+        )
 
     def recover(self, *, progress: Callable[[int, int], None] | None = None, force: bool = False) -> RecoveryReport:
         """Continue every unfinished run that needs no human (see :mod:`recovery`); runs the

@@ -260,6 +260,22 @@ def _gather_sync(ctx: Any, _: Any) -> list[Any]:
     )
 
 
+def test_afork_continues_an_awaited_run_from_a_step(location: str) -> None:
+    effects = Effects()
+
+    async def main() -> None:
+        with runtime_for(location, effects) as runtime:
+            parent = await runtime.arun(checkout, "f-1")
+            child = await runtime.afork(parent.run_id, 1, checkout, allow_irreversible=True)
+            assert child.ok, child.error
+            assert child.parent == {"run": parent.run_id, "step": 1, "reused_steps": [0]}
+            assert child.output == parent.output
+
+    asyncio.run(main())
+    # The LLM step was answered from the parent; the lookup and the charge ran again.
+    assert [name for name, _, _ in effects.calls] == ["llm", "lookup", "charge", "lookup", "charge"]
+
+
 def test_run_of_an_async_agent_inside_a_loop_names_arun_and_writes_nothing(tmp_path: Path) -> None:
     effects = Effects()
 
