@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tracelock.runtime.bridge import bridged
+from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.queue.backends import close_queue, existing_queue, queue_for
 from tracelock.runtime.queue.submit import RunHandle, submit
 from tracelock.runtime.queue.worker import requeue_if_resumable
-from tracelock.runtime.policy.policy import Policy
 from tracelock.runtime.replay.fork import fork_run
 from tracelock.runtime.replay.replay import ReplayReport, replay_run
 from tracelock.runtime.runs.engine import (
