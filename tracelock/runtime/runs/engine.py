@@ -55,7 +55,7 @@ from tracelock.runtime.stops.journal import StopWatch, lift_stop, refresh_stops,
 from tracelock.runtime.strict import guard as strict_mode
 from tracelock.runtime.strict.guard import NondeterminismError
 from tracelock.runtime.tools.invoke import ToolInvoker, is_async_callable
-from tracelock.runtime.tools.toolkit import AgentSpec, Toolkit, agent_name
+from tracelock.runtime.tools.toolkit import AgentSpec, LlmProvider, Toolkit, agent_name
 from tracelock.runtime.tools.tools import Tool
 from tracelock.storage.backend import Store
 from tracelock.storage.defaults import wall_clock_ms
@@ -245,7 +245,7 @@ class Engine:
         store: Store | str | os.PathLike[str] | None = None,
         policy: Policy | str | os.PathLike[str] | Mapping[str, Any] | None = None,
         *,
-        llm: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        llm: LlmProvider | None = None,
         sandbox: str | os.PathLike[str] | None = None,
         toolkits: tuple[Toolkit, ...] = (),
         clock: Callable[[], int] | None = None,
@@ -348,7 +348,7 @@ class Engine:
         return self.toolkit.tools
 
     @property
-    def llm_provider(self) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    def llm_provider(self) -> LlmProvider | None:
         return self.toolkit.llm
 
     def tool(self, *args: Any, **kwargs: Any) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,10 +53,15 @@ def agent_name(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__qualname__}"
 
 
+#: An LLM provider: a request document in, ``{"content": str, ...}`` out; an ``async def``
+#: one is awaited (on the caller's loop in an awaited run).
+LlmProvider = Callable[[dict[str, Any]], dict[str, Any]] | Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 class Toolkit:
     """A set of tools and agents (and optionally an LLM provider)."""
 
-    def __init__(self, *, llm: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    def __init__(self, *, llm: LlmProvider | None = None) -> None:
         self.tools: dict[str, Tool] = {}
         self.agents: dict[str, AgentSpec] = {}
         self.llm = llm
