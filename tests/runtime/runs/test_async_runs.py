@@ -157,20 +157,35 @@ def test_concurrent_aruns_never_block_the_loop_and_replay(location: str) -> None
     _verifies(location)
 
 
-def test_runs_on_one_loop_share_commits(location: str) -> None:
+def test_runs_waiting_on_one_loop_share_commits(location: str) -> None:
+    """24 runs reach their irreversible charge together: its intent must be durable before
+    the charge runs, and one commit makes all of theirs durable (the runs' ends too)."""
     effects = Effects()
+    runs = 24
 
     async def main() -> tuple[int, int]:
+        everyone = asyncio.Event()
+        arrived: list[str] = []
+
+        async def together(ctx: Any, order: str) -> Any:
+            found = await ctx.call("lookup", order=order)
+            arrived.append(order)
+            if len(arrived) == runs:
+                everyone.set()
+            await everyone.wait()
+            return await ctx.call("charge", order=order, cents=found["cents"])
+
         with runtime_for(location, effects) as runtime:
             store: Any = runtime.store
             before = _commits(store)
-            results = await asyncio.gather(*(runtime.arun(checkout, f"s-{number}") for number in range(24)))
+            results = await asyncio.gather(*(runtime.arun(together, f"s-{number}") for number in range(runs)))
             assert all(result.ok for result in results)
             return before, _commits(store)
 
     before, after = asyncio.run(main())
     # Alone, each run would make two durable points (the charge's intent, the end): 48.
-    assert after - before < 24, (before, after)
+    # Shared: 2 syncs on the directory store, about 6 transactions on PostgreSQL here.
+    assert after - before < runs // 2, (before, after)
 
 
 def _commits(store: Any) -> int:
