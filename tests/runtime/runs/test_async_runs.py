@@ -246,9 +246,9 @@ def test_gather_runs_its_members_on_the_loop_and_replays_their_order(location: s
 
     async def agent(ctx: Any, _: Any) -> list[str]:
         results: list[str] = await ctx.gather(
-            ctx.task("stamp", label="slow", seconds=0.2),
-            ctx.task("stamp", label="fast", seconds=0.01),
-            ctx.task("stamp", label="middle", seconds=0.1),
+            ctx.task("stamp", label="slow", seconds=0.6),
+            ctx.task("stamp", label="fast", seconds=0.0),
+            ctx.task("stamp", label="middle", seconds=0.3),
         )
         return results
 
@@ -269,9 +269,9 @@ def test_gather_runs_its_members_on_the_loop_and_replays_their_order(location: s
 
 def _gather_sync(ctx: Any, _: Any) -> list[Any]:
     return ctx.gather(
-        ctx.task("stamp", label="slow", seconds=0.2),
-        ctx.task("stamp", label="fast", seconds=0.01),
-        ctx.task("stamp", label="middle", seconds=0.1),
+        ctx.task("stamp", label="slow", seconds=0.6),
+        ctx.task("stamp", label="fast", seconds=0.0),
+        ctx.task("stamp", label="middle", seconds=0.3),
     )
 
 
