@@ -99,6 +99,24 @@ def test_async_appends_share_the_loop(location: str) -> None:
         assert verify_store(store).ok
 
 
+def test_a_coroutine_appends_without_a_sync_and_makes_held_entries_durable(location: str) -> None:
+    """``append_async(durable=False)`` leaves the entry where ``append(durable=False)`` would;
+    ``sync_async`` makes everything appended before it durable: a handle opened afterwards
+    (another process, after this one's crash) reads every entry."""
+    with open_store(location) as store:
+
+        async def append_all() -> list[int]:
+            start = await store.append_async("run-s", "run.start", payload={"n": 1}, meta={"status": "running"}, durable=False)
+            store.append_held("run-s", "effect", payload={"held": True})
+            await store.sync_async()
+            await store.sync_async()  # nothing more to make durable: done at once
+            return [start.seq]
+
+        assert asyncio.run(append_all()) == [0]
+        with open_store(location) as other:
+            assert [entry.kind for entry in other.entries("run-s")] == ["run.start", "effect"]
+
+
 def test_checkpoint_records_are_kept_where_the_backend_keeps_them(location: str) -> None:
     with open_store(location) as store:
         _fill(store)
