@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import orjson
 
@@ -89,6 +89,8 @@ NONDETERMINISM = register_code(
     Outcome.EXECUTION_ERROR,
     "strict mode: agent code reached for nondeterminism outside the ctx doors",
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Strict mode for runtimes that do not say (the test suite turns it on).
 STRICT_BY_DEFAULT = False
@@ -351,11 +353,12 @@ class Engine:
     def llm_provider(self) -> LlmProvider | None:
         return self.toolkit.llm
 
-    def tool(self, *args: Any, **kwargs: Any) -> Any:
-        """Register a tool on this runtime (see :meth:`Toolkit.tool`)."""
+    def tool(self, *args: Any, **kwargs: Any) -> Callable[[F], F]:
+        """Register a tool on this runtime (see :meth:`Toolkit.tool`; the decorated function
+        keeps its type)."""
         return self.toolkit.tool(*args, **kwargs)
 
-    def agent(self, *args: Any, **kwargs: Any) -> Any:
+    def agent(self, *args: Any, **kwargs: Any) -> Callable[[F], F]:
         """Register an agent on this runtime (see :meth:`Toolkit.agent`)."""
         return self.toolkit.agent(*args, **kwargs)
 

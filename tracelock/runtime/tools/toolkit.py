@@ -24,7 +24,7 @@ from tracelock.runtime.tools.tools import (
     schema_from_signature,
 )
 
-__all__ = ["Toolkit", "AgentSpec", "Intent", "agent_name"]
+__all__ = ["Toolkit", "AgentSpec", "Intent", "LlmProvider", "agent_name"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
