@@ -30,7 +30,8 @@ POLICY = {
 kit = Toolkit()
 
 
-def _ledger(line: dict[str, Any]) -> None:
+def ledger_line(line: dict[str, Any], *, sync: bool = True) -> None:
+    """Append ``line`` (with this process's pid) to the ledger; ``sync``: durably."""
     path = os.environ.get("TRACELOCK_TEST_LEDGER")
     if not path:
         return
@@ -38,19 +39,28 @@ def _ledger(line: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as ledger:
         ledger.write(json.dumps(line, sort_keys=True) + "\n")
         ledger.flush()
-        os.fsync(ledger.fileno())
+        if sync:
+            os.fsync(ledger.fileno())
 
 
-def _hold(key: str) -> None:
+def hold_file(key: str) -> Path | None:
+    """The hold file the first run reaching a hold point for ``key`` waits on while it
+    exists (its marker ``<ledger>.held.<key>`` written), or None: not held."""
     hold = os.environ.get("TRACELOCK_TEST_HOLD")
     ledger = os.environ.get("TRACELOCK_TEST_LEDGER")
     if not hold or not ledger:
-        return
+        return None
     marker = Path(f"{ledger}.held.{key}")
     if not Path(hold).exists() or marker.exists():
-        return  # held once per key: the worker that takes the run over is not held
+        return None  # held once per key: the worker that takes the run over is not held
     marker.write_text(str(os.getpid()))
-    while Path(hold).exists():
+    return Path(hold)
+
+
+
+def _hold(key: str) -> None:
+    hold = hold_file(key)
+    while hold is not None and hold.exists():
         threading.Event().wait(0.01)
 
 
@@ -61,20 +71,20 @@ def lookup(key: str) -> str:
 
 @kit.tool(side_effect="idempotent", timeout=None)
 def refund(key: str, amount: int, idempotency_key: str) -> str:
-    _ledger({"effect": "refund", "key": key, "amount": amount, "idem": idempotency_key})
+    ledger_line({"effect": "refund", "key": key, "amount": amount, "idem": idempotency_key})
     return "refunded"
 
 
 @kit.tool(side_effect="irreversible", timeout=None)
 def charge(key: str, amount: int) -> str:
-    _ledger({"effect": "charge", "key": key, "amount": amount})
+    ledger_line({"effect": "charge", "key": key, "amount": amount})
     _hold(key)
     return "charged"
 
 
 @kit.tool(side_effect="irreversible", timeout=None)
 def ship(key: str) -> str:
-    _ledger({"effect": "ship", "key": key})
+    ledger_line({"effect": "ship", "key": key})
     return "shipped"
 
 

@@ -14,11 +14,10 @@ line carries the number of the process's threads at that moment (``/proc/self/ta
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-from pathlib import Path
 from typing import Any
 
+from tests.runtime._queue_agents import hold_file, ledger_line
 from tracelock.runtime.tools.toolkit import Toolkit
 
 POLICY = {
@@ -34,15 +33,7 @@ kit = Toolkit()
 
 
 def _ledger(line: dict[str, Any], *, sync: bool = False) -> None:
-    path = os.environ.get("TRACELOCK_TEST_LEDGER")
-    if not path:
-        return
-    line = dict(line, pid=os.getpid())
-    with open(path, "a", encoding="utf-8") as ledger:
-        ledger.write(json.dumps(line, sort_keys=True) + "\n")
-        ledger.flush()
-        if sync:
-            os.fsync(ledger.fileno())
+    ledger_line(line, sync=sync)
 
 
 def _threads() -> int:
@@ -50,15 +41,8 @@ def _threads() -> int:
 
 
 async def _hold(key: str) -> None:
-    hold = os.environ.get("TRACELOCK_TEST_HOLD")
-    ledger = os.environ.get("TRACELOCK_TEST_LEDGER")
-    if not hold or not ledger:
-        return
-    marker = Path(f"{ledger}.held.{key}")
-    if not Path(hold).exists() or marker.exists():
-        return  # held once per key: the worker that takes the run over is not held
-    marker.write_text(str(os.getpid()))
-    while Path(hold).exists():
+    hold = hold_file(key)
+    while hold is not None and hold.exists():
         await asyncio.sleep(0.01)
 
 

@@ -9,27 +9,20 @@ process that did it): it is what proves that no irreversible effect happened twi
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.pg_server import Cluster, admin, own_pg_cluster  # noqa: F401  (a server the test restarts)
+from tests.queue_workers import Workers, ends, wait_for
+from tests.queue_workers import ledger_lines as effects
 from tests.runtime import _queue_agents as agents
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
-
-REPO = Path(__file__).resolve().parents[2]
-#: Long enough for a worker on a busy machine to renew it; short enough for the tests.
-LEASE_MS = 1500
 
 
 @pytest.fixture
@@ -44,43 +37,6 @@ def hold(tmp_path: Path) -> Iterator[Path]:
     path.unlink(missing_ok=True)
 
 
-class Workers:
-    """The worker processes a test starts (all killed at the end)."""
-
-    def __init__(self, location: str, ledger: Path, hold: Path) -> None:
-        self.location = location
-        self.ledger = ledger
-        self.hold = hold
-        self.started: list[subprocess.Popen[str]] = []
-
-    def start(self, *args: str, lease_ms: int = LEASE_MS) -> subprocess.Popen[str]:
-        env = dict(os.environ, TRACELOCK_TEST_LEDGER=str(self.ledger), TRACELOCK_TEST_HOLD=str(self.hold))
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "tests.runtime._queue_worker_child", "worker", "tests.runtime._queue_agents",
-                "--store", self.location, "--json", "--lease-ms", str(lease_ms), *args,
-            ],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        self.started.append(process)
-        return process
-
-    @staticmethod
-    def report(process: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
-        out, err = process.communicate(timeout=timeout)
-        assert out.strip(), f"worker printed nothing (exit {process.returncode}): {err[-3000:]}"
-        document: dict[str, Any] = json.loads(out)
-        document["exit"] = process.returncode
-        document["stderr"] = err
-        return document
-
-    def kill_all(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-
-
 @pytest.fixture
 def workers(location: str, ledger: Path, hold: Path) -> Iterator[Workers]:
     pool = Workers(location, ledger, hold)
@@ -88,28 +44,8 @@ def workers(location: str, ledger: Path, hold: Path) -> Iterator[Workers]:
     pool.kill_all()
 
 
-def effects(ledger: Path) -> list[dict[str, Any]]:
-    if not ledger.exists():
-        return []
-    return [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
-
-
-def wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if process.poll() is not None:
-            out, err = process.communicate()
-            raise AssertionError(f"the worker ended before {path.name} appeared: {out} {err[-3000:]}")
-        assert time.monotonic() < deadline, f"{path.name} did not appear"
-        time.sleep(0.02)
-
-
 def runtime_for(location: str) -> Runtime:
     return Runtime(location, agents.POLICY, toolkits=(agents.kit,))
-
-
-def ends(runtime: Runtime, run_id: str) -> list[str]:
-    return [str((entry.meta or {}).get("status")) for entry in runtime.store.entries(run_id) if entry.kind == "run.end"]
 
 
 def test_kill_9_mid_run_another_worker_finishes_it(workers: Workers, ledger: Path, hold: Path) -> None:

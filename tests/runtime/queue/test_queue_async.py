@@ -12,27 +12,20 @@ that no irreversible effect happened twice.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.queue_workers import Workers, ends, wait_for
+from tests.queue_workers import ledger_lines as lines
 from tests.runtime import _queue_async_agents as agents
 from tracelock.runtime.queue import RunHandle, Worker
 from tracelock.runtime.queue.backends import queue_for
 from tracelock.runtime.records import load_run
 from tracelock.runtime.runtime import Runtime
-
-REPO = Path(__file__).resolve().parents[3]
-#: Long enough for a worker on a busy machine to renew it; short enough for the tests.
-LEASE_MS = 1500
 
 
 @pytest.fixture
@@ -55,53 +48,11 @@ def runtime(location: str) -> Iterator[Runtime]:
         yield handle
 
 
-class Workers:
-    """``tracelock worker tests.runtime._queue_async_agents`` processes (killed at the end)."""
-
-    def __init__(self, location: str, ledger: Path, hold: Path) -> None:
-        self.location = location
-        self.ledger = ledger
-        self.hold = hold
-        self.started: list[subprocess.Popen[str]] = []
-
-    def start(self, *args: str, lease_ms: int = LEASE_MS) -> subprocess.Popen[str]:
-        env = dict(os.environ, TRACELOCK_TEST_LEDGER=str(self.ledger), TRACELOCK_TEST_HOLD=str(self.hold))
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "tests.runtime._queue_worker_child", "worker", "tests.runtime._queue_async_agents",
-                "--store", self.location, "--json", "--lease-ms", str(lease_ms), *args,
-            ],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        self.started.append(process)
-        return process
-
-    @staticmethod
-    def report(process: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
-        out, err = process.communicate(timeout=timeout)
-        assert out.strip(), f"worker printed nothing (exit {process.returncode}): {err[-3000:]}"
-        document: dict[str, Any] = json.loads(out)
-        document["exit"] = process.returncode
-        return document
-
-    def kill_all(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-
-
 @pytest.fixture
 def workers(location: str, ledger: Path, hold: Path) -> Iterator[Workers]:
-    pool = Workers(location, ledger, hold)
+    pool = Workers(location, ledger, hold, "tests.runtime._queue_async_agents")
     yield pool
     pool.kill_all()
-
-
-def lines(ledger: Path) -> list[dict[str, Any]]:
-    if not ledger.exists():
-        return []
-    return [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
 
 
 def most_inside(ledger: Path) -> int:
@@ -114,20 +65,6 @@ def most_inside(ledger: Path) -> int:
         elif line["event"] == "exit":
             inside -= 1
     return most
-
-
-def wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if process.poll() is not None:
-            out, err = process.communicate()
-            raise AssertionError(f"the worker ended before {path.name} appeared: {out} {err[-3000:]}")
-        assert time.monotonic() < deadline, f"{path.name} did not appear"
-        time.sleep(0.02)
-
-
-def ends(runtime: Runtime, run_id: str) -> list[str]:
-    return [str((entry.meta or {}).get("status")) for entry in runtime.store.entries(run_id) if entry.kind == "run.end"]
 
 
 def test_64_async_runs_in_flight_share_one_loop_not_64_threads(workers: Workers, runtime: Runtime, ledger: Path) -> None:
