@@ -88,3 +88,23 @@ class StepThreads:
 
     def run_ended(self, run: Any, end: Mapping[str, Any]) -> None:
         pass
+
+
+def record_then_replay(
+    runtime: Any, agent: Any, input: Any, beat: Heartbeat, between: Any
+) -> tuple[asyncio.AbstractEventLoop, Any, Any]:
+    """On a new loop with ``beat`` ticking: ``await runtime.arun(agent, input)``, then
+    ``between()`` (stop the server: the replay must need nothing of it), then
+    ``await runtime.areplay``. Returns the loop, the run's result and the replay's report."""
+
+    async def main() -> tuple[asyncio.AbstractEventLoop, Any, Any]:
+        beat.start()
+        try:
+            result = await runtime.arun(agent, input)
+            between()
+            report = await runtime.areplay(result.run_id, agent)
+        finally:
+            await beat.stop()
+        return asyncio.get_running_loop(), result, report
+
+    return asyncio.run(main())

@@ -6,7 +6,6 @@ step order; the run replays (``areplay``) with the server stopped."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,13 @@ import httpx2
 import openai
 
 from tests.integrations.capture_helpers import API_KEY, record_of, runtime_at
-from tests.integrations.loop_helpers import MIN_TICKS, Effect, Heartbeat, StepThreads
+from tests.integrations.loop_helpers import (
+    MIN_TICKS,
+    Effect,
+    Heartbeat,
+    StepThreads,
+    record_then_replay,
+)
 from tracelock.examples.llm_server import LLMServer
 from tracelock.integrations.http import capture
 
@@ -57,18 +62,8 @@ def test_an_awaited_request_is_a_step_on_the_callers_loop_which_keeps_running(tm
         reply = await client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": input}])
         return reply.choices[0].message.content
 
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        beat.start()
-        try:
-            result = await runtime.arun(agent, "slow hello")
-            server.stop()  # nothing listens any more
-            report = await runtime.areplay(result.run_id, agent)
-        finally:
-            await beat.stop()
-        return loop, result, report
-
-    loop, result, report = asyncio.run(main())
+    # The server stopped between: nothing listens any more.
+    loop, result, report = record_then_replay(runtime, agent, "slow hello", beat, server.stop)
     assert result.output == "echo: slow hello", result.to_dict()
     assert [(effect["kind"], effect["name"]) for effect in result.effects] == [("llm", "openai.chat.completions")]
     (exchange,) = transport.exchanges
@@ -105,17 +100,7 @@ def test_an_awaited_request_while_a_stream_is_open_finishes_the_stream_first(tmp
                 inner = reply.choices[0].message.content
         return {"stream": "".join(pieces), "inner": inner}
 
-    async def main() -> Any:
-        beat.start()
-        try:
-            result = await runtime.arun(agent, "u v")
-            server.stop()
-            report = await runtime.areplay(result.run_id, agent)
-        finally:
-            await beat.stop()
-        return result, report
-
-    result, report = asyncio.run(main())
+    _, result, report = record_then_replay(runtime, agent, "u v", beat, server.stop)
     assert result.output == {"stream": "echo: u v ", "inner": "echo: inner"}, result.to_dict()
     record = record_of(runtime, result.run_id)
     assert sorted(record.effects) == [0, 1]

@@ -5,7 +5,6 @@ with the server stopped and no tool run."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,13 @@ from tests.integrations.langgraph_helpers import (
     build_graph,
     shop_policy,
 )
-from tests.integrations.loop_helpers import MIN_TICKS, Effect, Heartbeat, StepThreads
+from tests.integrations.loop_helpers import (
+    MIN_TICKS,
+    Effect,
+    Heartbeat,
+    StepThreads,
+    record_then_replay,
+)
 from tracelock.examples.react_server import ReactServer
 from tracelock.integrations.langgraph import register_langchain_tools
 
@@ -61,18 +66,8 @@ def test_an_awaited_graph_runs_its_steps_on_the_callers_loop_which_keeps_running
     observer = StepThreads()
     runtime.environment.observer = observer
 
-    async def main() -> Any:
-        loop = asyncio.get_running_loop()
-        beat.start()
-        try:
-            result = await runtime.arun(agent, QUESTION)
-            server.stop()  # nothing listens any more
-            report = await runtime.areplay(result.run_id, agent)
-        finally:
-            await beat.stop()
-        return loop, result, report
-
-    loop, result, report = asyncio.run(main())
+    # The server stopped between: nothing listens any more.
+    loop, result, report = record_then_replay(runtime, agent, QUESTION, beat, server.stop)
     assert result.status == "completed", result.to_dict()
     assert [(effect["kind"], effect["name"]) for effect in result.effects] == [
         ("llm", "openai.chat.completions"), ("tool", "lookup"), ("tool", "lookup"),

@@ -765,7 +765,7 @@ class Engine:
         else:
             func = resolve_agent_path(agent)
             name = agent_name(func)
-        if inspect.iscoroutinefunction(func) and not bridge.active() and asyncio._get_running_loop() is not None:
+        if asyncio._get_running_loop() is not None and not bridge.active() and inspect.iscoroutinefunction(func):
             # Checked before anything is written: asyncio.run cannot nest in a running loop.
             raise AwaitRequiredError(
                 f"agent {name!r} is async and this thread runs an event loop: await its run "

@@ -96,16 +96,16 @@ class ToolInvoker:
         """Call an LLM provider (sync or ``async``) with ``request``, the way the caller's
         place allows: awaited on the caller's loop or run in the tool pool in a bridged call,
         else on this thread (an async one in its private loop)."""
-        is_async = is_async_callable(provider)
         if bridge.active():
-            if is_async:
+            if is_async_callable(provider):
                 return bridge.wait(provider(request))
             return bridge.wait(bridge.in_thread(provider, request, executor=self._pool))
-        if not is_async:
-            return provider(request)
+        answer = provider(request)
+        if not inspect.iscoroutine(answer):
+            return answer
         if asyncio._get_running_loop() is not None:
-            return self._pool.submit(asyncio.run, provider(request)).result()
-        return self._on_thread_loop(lambda: provider(request))
+            return self._pool.submit(asyncio.run, answer).result()
+        return self._on_thread_loop(lambda: answer)
 
     async def _on_loop(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         timeout = tool.timeout_s
