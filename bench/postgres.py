@@ -36,9 +36,14 @@ of one minimal synchronous commit (a one-row ``INSERT`` in autocommit, from one 
 one WAL flush). Each system's *write transactions per run* are the transaction ids the
 server assigned during that system's turns (``pg_current_snapshot()``'s ``xmax`` read
 before and after each turn, by the harness, whose reads take no id), divided by the turn's
-runs: with ``synchronous_commit`` on, each is a commit that waits for its WAL flush
-(savepoints take ids too, so for a system that uses them this counts a little high). *p50 ÷
-(writes × floor)* is the p50 over what those commits would cost alone, one after the other.
+runs (savepoints take ids too, so for a system that uses them this counts a little high).
+*Commits waited per run* are the commits a run waited for the WAL flush of: for the peers,
+whose sessions commit with ``synchronous_commit`` on, their write transactions; for
+tracelock, the store's own count (``PostgresStore.flush_waits``: its append transactions
+commit without waiting, and a durable append then waits for the flush in a transaction of
+its own, so it has more write transactions than waited commits; a tracelock without that
+count waited for every append transaction, ``transactions``). *p50 ÷ (waited × floor)* is
+the p50 over what those commits would cost alone, one after the other.
 """
 
 from __future__ import annotations
@@ -185,10 +190,16 @@ def server() -> Iterator[Server]:
 
 
 # -- the systems, each in a worker process ----------------------------------------------------
-def _tracelock(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any], Callable[[], None]]:
+#: What a worker's system opens: one run, the close, and the count of commits it waited
+#: for so far (None: every write transaction waits, counted by the server).
+Opened = tuple[Callable[[int], Any], Callable[[], None], Callable[[], int] | None]
+
+
+def _tracelock(url: str, worker: int, setup: bool) -> Opened:
     from tracelock.runtime.runtime import Runtime
 
     runtime = Runtime(url, workload.POLICY, toolkits=(workload.kit,))
+    store: Any = runtime.store
 
     def run(number: int) -> Any:
         result = runtime.run(workload.agent, workload.task(number))
@@ -196,10 +207,14 @@ def _tracelock(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any]
             raise RuntimeError(f"tracelock run failed: {result.code} {result.error}")
         return result.output
 
-    return run, runtime.close
+    def waited() -> int:
+        # A tracelock without the count waited for the flush of every append transaction.
+        return int(getattr(store, "flush_waits", store.transactions))
+
+    return run, runtime.close, waited
 
 
-def _dbos(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any], Callable[[], None]]:
+def _dbos(url: str, worker: int, setup: bool) -> Opened:
     os.environ["DBOS__VMID"] = f"bench-worker-{worker}"  # one executor id per process
     from dbos import DBOS, DBOSConfig, SetWorkflowID
 
@@ -213,10 +228,10 @@ def _dbos(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any], Cal
         with SetWorkflowID(f"w{worker}-{number}"):
             return agent_workflow(workload.task(number))
 
-    return run, DBOS.destroy
+    return run, DBOS.destroy, None
 
 
-def _langgraph(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any], Callable[[], None]]:
+def _langgraph(url: str, worker: int, setup: bool) -> Opened:
     from typing import TypedDict
 
     import psycopg
@@ -260,10 +275,10 @@ def _langgraph(url: str, worker: int, setup: bool) -> tuple[Callable[[int], Any]
         state = compiled.invoke(workload.task(number), config, durability="sync")
         return {"plan": state["plan"]["content"], "orders": state["orders"], "update": state["update"]}
 
-    return run, conn.close
+    return run, conn.close, None
 
 
-OPENERS: dict[str, Callable[[str, int, bool], tuple[Callable[[int], Any], Callable[[], None]]]] = {
+OPENERS: dict[str, Callable[[str, int, bool], Opened]] = {
     "tracelock": _tracelock,
     "dbos": _dbos,
     "langgraph": _langgraph,
@@ -272,9 +287,10 @@ OPENERS: dict[str, Callable[[str, int, bool], tuple[Callable[[int], Any], Callab
 
 def child(system: str, url: str, worker: int, rounds: int, each: int, warmup: int) -> None:
     """One worker: open the system, warm up, print READY; then, for each round, wait for a
-    ``go`` line on stdin, time ``each`` sequential runs and print them as one JSON line.
-    ``warmup`` < 0 is the setup pass: create the schema once, before any worker starts."""
-    run, close = OPENERS[system](url, worker, warmup < 0)
+    ``go`` line on stdin, time ``each`` sequential runs and print them (with the commits
+    they waited for, when the system counts them) as one JSON line. ``warmup`` < 0 is the
+    setup pass: create the schema once, before any worker starts."""
+    run, close, waited = OPENERS[system](url, worker, warmup < 0)
     if warmup < 0:
         close()
         print("READY", flush=True)
@@ -289,6 +305,7 @@ def child(system: str, url: str, worker: int, rounds: int, each: int, warmup: in
         if sys.stdin.readline().strip() != "go":
             break
         samples = []
+        waited_before = waited() if waited is not None else 0
         started = time.monotonic()
         for _ in range(each):
             number += 1
@@ -296,7 +313,10 @@ def child(system: str, url: str, worker: int, rounds: int, each: int, warmup: in
             run(base + number)
             samples.append(clock() - before)
         ended = time.monotonic()
-        print(json.dumps({"samples": samples, "started": started, "ended": ended}), flush=True)
+        line: dict[str, Any] = {"samples": samples, "started": started, "ended": ended}
+        if waited is not None:
+            line["waited"] = waited() - waited_before
+        print(json.dumps(line), flush=True)
     close()
 
 
@@ -360,6 +380,7 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
     samples: dict[str, list[float]] = {system: [] for system in workers}
     wall: dict[str, float] = dict.fromkeys(workers, 0.0)
     xids: dict[str, int] = dict.fromkeys(workers, 0)
+    waits: dict[str, int] = dict.fromkeys(workers, 0)
     try:
         for round_number in range(rounds):
             active = [system for system in SYSTEMS if system in workers and system not in failed]
@@ -373,6 +394,7 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
                         worker.stdin.flush()
                     results = [json.loads(_line(worker, f"{system} worker")) for worker in workers[system]]
                     xids[system] += pg.next_xid() - first_xid
+                    waits[system] += sum(int(result.get("waited", 0)) for result in results)
                 except Exception as exc:
                     failed[system] = f"{type(exc).__name__}: {exc}"
                     log(f"postgres: {system} failed: {failed[system]}")
@@ -394,6 +416,8 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
         stats["runs"] = len(samples[system])
         stats["runs_per_s"] = round(len(samples[system]) / wall[system], 1)
         stats["writes_per_run"] = round(xids[system] / len(samples[system]), 2)
+        counted = system == "tracelock"  # the peers' write transactions each wait
+        stats["waited_per_run"] = round((waits[system] if counted else xids[system]) / len(samples[system]), 2)
         cell[system] = stats
     return cell
 
@@ -414,8 +438,8 @@ def run(
             cell["commit_floor"] = floor
             for system in SYSTEMS:
                 stats = cell.get(system, {})
-                if "p50_us" in stats and stats.get("writes_per_run"):
-                    stats["p50_over_floor"] = round(stats["p50_us"] / (stats["writes_per_run"] * floor["p50_us"]), 2)
+                if "p50_us" in stats and stats.get("waited_per_run"):
+                    stats["p50_over_floor"] = round(stats["p50_us"] / (stats["waited_per_run"] * floor["p50_us"]), 2)
             base = cell.get("tracelock", {})
             for peer in ("dbos", "langgraph"):
                 other = cell.get(peer, {})
@@ -425,9 +449,23 @@ def run(
                         "runs_per_s_ratio": round(base["runs_per_s"] / other["runs_per_s"], 2),
                     }
             figures["cells"][str(processes)] = cell
+        figures["growth"] = growth(figures["cells"])
         figures["tracelock_replay"] = replay(pg, 300 if quick else 1000)
     print(render(figures), flush=True)
     return figures
+
+
+def growth(cells: dict[str, Any]) -> dict[str, float]:
+    """Each system's runs/s at the most processes over its runs/s at the fewest."""
+    counts = sorted(cells, key=int)
+    if len(counts) < 2:
+        return {}
+    low, high = cells[counts[0]], cells[counts[-1]]
+    return {
+        system: round(high[system]["runs_per_s"] / low[system]["runs_per_s"], 2)
+        for system in SYSTEMS
+        if "runs_per_s" in low.get(system, {}) and "runs_per_s" in high.get(system, {})
+    }
 
 
 def replay(pg: Server, runs: int) -> dict[str, Any]:
@@ -454,19 +492,20 @@ def replay(pg: Server, runs: int) -> dict[str, Any]:
 def render(figures: dict[str, Any]) -> str:
     lines = [
         "| processes | system | p50 per run | p99 per run | runs/s | write transactions per run "
-        "| p50 ÷ (writes × floor) | tracelock's p50 speed-up | tracelock's runs/s ratio |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| commits waited per run | p50 ÷ (waited × floor) | tracelock's p50 speed-up | tracelock's runs/s ratio |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for processes, cell in figures["cells"].items():
         for system in SYSTEMS:
             stats = cell.get(system, {})
             if "failed" in stats:
-                lines.append(f"| {processes} | {system} | failed: {stats['failed'][:80]} | | | | | | |")
+                lines.append(f"| {processes} | {system} | failed: {stats['failed'][:80]} | | | | | | | |")
                 continue
             versus = cell.get(f"vs_{system}", {})
             lines.append(
                 f"| {processes} | {system} | {stats['p50_us'] / 1000:.2f} ms | {stats['p99_us'] / 1000:.2f} ms "
-                f"| {stats['runs_per_s']:.0f} | {stats.get('writes_per_run', '')} | {stats.get('p50_over_floor', '')} "
+                f"| {stats['runs_per_s']:.0f} | {stats.get('writes_per_run', '')} | {stats.get('waited_per_run', '')} "
+                f"| {stats.get('p50_over_floor', '')} "
                 f"| {versus.get('p50_speedup', '')} | {versus.get('runs_per_s_ratio', '')} |"
             )
     floors = ", ".join(
@@ -475,6 +514,10 @@ def render(figures: dict[str, Any]) -> str:
     )
     lines.append("")
     lines.append(f"Commit floor (one minimal synchronous commit, measured before each process count): {floors}.")
+    if figures.get("growth"):
+        counts = sorted(figures["cells"], key=int)
+        grown = ", ".join(f"{system} {ratio}x" for system, ratio in figures["growth"].items())
+        lines.append(f"runs/s growth from {counts[0]} to {counts[-1]} process(es): {grown}.")
     replayed = figures.get("tracelock_replay")
     if replayed:
         lines.append(

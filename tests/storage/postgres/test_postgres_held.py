@@ -122,7 +122,7 @@ def test_a_held_entry_that_fails_fails_the_next_append_of_its_own_run(pg_url: st
         check_journal(store, 4)
 
 
-def test_a_run_with_an_irreversible_effect_takes_three_commits(
+def test_a_run_with_an_irreversible_effect_waits_for_two_of_its_three_commits(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_pg_payer, "WORKDIR", [tmp_path])
@@ -130,11 +130,13 @@ def test_a_run_with_an_irreversible_effect_takes_three_commits(
     runtime = Runtime(store, _pg_payer.POLICY, toolkits=(_pg_payer.kit,))
     try:
         runtime.run(_pg_payer.agent, {"key": "k", "amount": 0})  # registers the policy and provenance
-        before = store.transactions
+        before, waits = store.transactions, store.flush_waits
         for number in range(1, 6):
             assert runtime.run(_pg_payer.agent, {"key": f"k{number}", "amount": number}).ok
-        # (start, read-only lookup, intent), the irreversible result, the end.
+        # (start, read-only lookup, intent), the irreversible result, the end; the result's
+        # commit does not wait for its flush (the end's brings it).
         assert store.transactions - before == 15
+        assert store.flush_waits - waits == 10
         check_journal(store, store.size())
     finally:
         runtime.close()
@@ -182,7 +184,8 @@ def _grown(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 def test_each_commit_is_one_call_that_reads_no_whole_table(pg_cluster: Cluster, pg_database: str) -> None:
     """A run's held start and first effect commit with its intent in one call of an append
-    function, as do its result and its end, however many runs the store holds and however
+    procedure (which runs an append function), as do its result and its end, however many
+    runs the store holds and however
     many handles append: a handle alone numbers the entries itself (after its first two
     commits, which learn that it is alone), handles that take turns have the server number
     them. No append scans a table (version 3 of the function joined its run rows to a scan
@@ -226,10 +229,15 @@ def test_each_commit_is_one_call_that_reads_no_whole_table(pg_cluster: Cluster, 
     transactions = alone(200, 100)
     calls_alone, _ = _server_counts(url)
     assert transactions == 300
-    assert _grown(calls_alone, calls) == {"tracelock_append": 298, "tracelock_append_entries": 2}
+    assert _grown(calls_alone, calls) == {
+        "tracelock_append_commit": 298, "tracelock_append": 298,
+        "tracelock_append_entries_commit": 2, "tracelock_append_entries": 2,
+    }
     transactions = taking_turns(300, 100)
     calls_turns, scans_turns = _server_counts(url)
-    assert _grown(calls_turns, calls_alone) == {"tracelock_append_entries": transactions}
+    assert _grown(calls_turns, calls_alone) == {
+        "tracelock_append_entries_commit": transactions, "tracelock_append_entries": transactions,
+    }
     assert _grown(scans_turns, scans) == {}
     with PostgresStore(url, read_only=True) as store:
         check_journal(store, 2000)

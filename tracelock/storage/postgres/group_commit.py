@@ -1,8 +1,7 @@
 """Group commit for one PostgreSQL store handle: concurrent appends share transactions.
 
-A commit costs a round trip and a WAL flush, and the store-wide head row lock is held until
-that flush ends, so commits of one store are serial. Sharing them is therefore the only way
-a handle's appends get faster than one commit each: every append (from any thread, or a
+A commit costs a round trip and, for a durable append, a wait for its WAL flush: sharing
+commits makes a handle's appends cheaper than one commit each. Every append (from any thread, or a
 coroutine's ``append_async``) becomes a :class:`Request` in one queue, and one caller at a
 time, the leader, commits everything queued so far in one transaction, then wakes the
 callers it covered. Appends that arrive during a commit ride on the next one. Nobody waits
@@ -44,13 +43,16 @@ MAX_BATCH_ITEMS = 2048
 
 class Request:
     """One append call: its items (run, kind, payload, meta, new_run), their prepared
-    payload bytes, its timestamp, and once committed its entries or its error."""
+    payload bytes, whether its caller waits for durability, its timestamp, and once
+    committed its entries or its error. A request without items and ``durable`` only waits
+    for what was committed before it to be durable."""
 
-    __slots__ = ("done", "error", "future", "held", "items", "loop", "prepared", "result", "single", "ts")
+    __slots__ = ("done", "durable", "error", "future", "held", "items", "loop", "prepared", "result", "single", "ts")
 
-    def __init__(self, items: Sequence[Any], prepared: list[Any], ts: int = 0) -> None:
+    def __init__(self, items: Sequence[Any], prepared: list[Any], ts: int = 0, *, durable: bool = True) -> None:
         self.items = items
         self.prepared = prepared
+        self.durable = durable
         self.ts = ts
         self.result: list[Any] | None = None
         self.error: BaseException | None = None
@@ -165,15 +167,20 @@ class CommitQueue:
         request.outcome()
         return request.ts
 
-    def flush(self) -> None:
-        """Commit the held requests, if any (the error of one that fails goes to the next
-        append of its run)."""
+    def flush(self, barrier: Request | None = None) -> None:
+        """Commit the held requests, if any, durably (the error of one that fails goes to
+        the next append of its run); with none held, commit ``barrier`` (an empty durable
+        request: what was committed before it becomes durable), if given."""
         with self._cond:
-            if not self._held:
+            if self._held:
+                last = self._held[-1]
+                last.held = False  # its caller, this one, now waits for it
+                last.durable = True
+                self._held.pop()
+            elif barrier is not None:
+                last = barrier
+            else:
                 return
-            last = self._held[-1]
-            last.held = False  # its caller, this one, now waits for it
-            self._held.pop()
             self._push_locked(last)
             lead = self._wait_locked(last)
         if lead:
@@ -182,13 +189,14 @@ class CommitQueue:
             with self._cond:
                 self._note_held_error_locked(last)
 
-    def flush_async(self, clock: Callable[[], int]) -> asyncio.Future[Any]:
-        """:meth:`flush` for a coroutine of the running loop: an empty request queued behind
-        the held ones carries them; its future resolves once they committed (an error of a
-        held one goes to the next append of its run, as with :meth:`flush`)."""
+    def flush_async(self, clock: Callable[[], int], *, pending: bool = False) -> asyncio.Future[Any]:
+        """:meth:`flush` for a coroutine of the running loop: an empty durable request
+        queued behind the held ones carries them; its future resolves once they committed
+        (an error of a held one goes to the next append of its run, as with :meth:`flush`).
+        ``pending``: commits not yet known durable wait for one too, held entries or not."""
         with self._cond:
             held = bool(self._held)
-        if not held:
+        if not held and not pending:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             future.set_result(None)
             return future
@@ -261,6 +269,7 @@ class CommitQueue:
             self._held = []
             lead = bool(self._queue)
             if lead:
+                self._queue[-1].durable = True
                 self._leading = True
         if lead:
             self._lead(until=None, handing_over=False)

@@ -15,7 +15,7 @@ from tracelock.storage.errors import StoreFormatError, StoreNotFoundError, Store
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_schema"]
+__all__ = ["FLUSH_WAIT", "MIGRATIONS", "SCHEMA_VERSION", "prepare_schema"]
 
 # Parts of both append functions of migration 4 (published: never change them). In a
 # function's body, with ``batch`` its jsonb argument and ``row jsonb``, ``held bigint`` declared:
@@ -41,7 +41,8 @@ _PAYLOAD_INSERT = (
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "CREATE TABLE tracelock_meta (key text PRIMARY KEY, value text NOT NULL)",
-        # The store-wide sequence: one row, locked FOR UPDATE by each append transaction.
+        # The store-wide sequence: one row, locked FOR UPDATE by each append transaction
+        # (until its commit record is written: migration 5).
         "CREATE TABLE tracelock_head ("
         " id smallint PRIMARY KEY CHECK (id = 1),"
         " next_seq bigint NOT NULL CHECK (next_seq >= 0))",
@@ -235,7 +236,48 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "  tail_hash := hashes[k];\n"
         "END $$",
     ),
+    (
+        # The append calls of this version: procedures that run one of version 4's
+        # functions in a transaction of their own, commit it without waiting for its WAL
+        # flush, and then, when ``durable``, wait for the flush in a second, tiny transaction
+        # (docs/storage-postgres.md, "Durability"). The head row lock, held to the end of the
+        # first transaction, is thus let go once its commit record is in the WAL, not after
+        # the flush: the writers' transactions still commit in seq order (their commit
+        # records are written in that order, so a crash keeps a prefix of them), and the
+        # flushes of many writers are shared. The wait is a transactional logical message
+        # (an id and one WAL record, no table) committed with the session's
+        # synchronous_commit, so it also waits for synchronous standbys where the server has
+        # them; flushing it flushes every commit written before it. Version 4's functions
+        # stay for processes of an older tracelock (a rolling upgrade): they keep the lock to
+        # the end of their flush, which only makes them slower.
+        "CREATE PROCEDURE tracelock_append_commit(expect bigint, next bigint, batch jsonb, durable boolean)"
+        " LANGUAGE plpgsql AS $$\n"
+        "BEGIN\n"
+        "  PERFORM set_config('synchronous_commit', 'off', true);\n"
+        "  PERFORM tracelock_append(expect, next, batch);\n"
+        "  COMMIT;\n"
+        "  IF durable THEN\n"
+        "    PERFORM pg_logical_emit_message(true, 'tracelock', '');\n"
+        "  END IF;\n"
+        "END $$",
+        "CREATE PROCEDURE tracelock_append_entries_commit(batch jsonb, durable boolean,"
+        " INOUT base_seq bigint DEFAULT NULL, INOUT tail_hash text DEFAULT NULL)"
+        " LANGUAGE plpgsql AS $$\n"
+        "BEGIN\n"
+        "  PERFORM set_config('synchronous_commit', 'off', true);\n"
+        "  SELECT a.base_seq, a.tail_hash INTO base_seq, tail_hash FROM tracelock_append_entries(batch) AS a;\n"
+        "  COMMIT;\n"
+        "  IF durable THEN\n"
+        "    PERFORM pg_logical_emit_message(true, 'tracelock', '');\n"
+        "  END IF;\n"
+        "END $$",
+    ),
 )
+
+#: What waits for the WAL flush of every commit written before it (migration 5): one
+#: transaction with an id and one WAL record, committed with the session's
+#: ``synchronous_commit``.
+FLUSH_WAIT = "SELECT pg_logical_emit_message(true, 'tracelock', '')"
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -3,15 +3,22 @@
 Each append transaction (the appends a handle's threads and coroutines queued together:
 :mod:`tracelock.storage.postgres.group_commit`) first locks the single row of
 ``tracelock_head`` (``SELECT ... FOR UPDATE``): that row lock is the store-wide writer lock,
-held for one commit and never across a run, so appends from any number of threads,
+held for one transaction and never across a run, so appends from any number of threads,
 processes and machines get a dense ``seq``, and each run's ``i`` and ``prev`` continue from
 the committed head.
 Commits happen in ``seq`` order (the next writer takes the row only after the previous
 commit), so every snapshot a reader sees is a prefix of the journal.
 
+The transaction commits without waiting for its WAL flush, so the lock is let go as soon
+as its commit record is written; a durable append then waits for the flush in a second,
+tiny transaction (schema migration 5), whose flush is shared with every other writer's
+(docs/storage-postgres.md, "Durability"). WAL order is ``seq`` order, so a server crash
+keeps a prefix of the journal.
+
 Entries are built by :func:`tracelock.core.entry.build_entry` exactly as the directory
 store builds them, and stored as their canonical line; an append returns once its
-transaction has committed (``synchronous_commit`` is never off on the store's sessions).
+transaction has committed, a durable one once that commit is flushed
+(``synchronous_commit`` is never off on the store's sessions but for that first commit).
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from tracelock.storage.postgres.location import redact_location
 from tracelock.storage.postgres.locks import PostgresLocks
 from tracelock.storage.postgres.ownership import PostgresOwnership
 from tracelock.storage.postgres.queue import PostgresQueue
-from tracelock.storage.postgres.schema import prepare_schema
+from tracelock.storage.postgres.schema import FLUSH_WAIT, prepare_schema
 from tracelock.storage.run_fold import fold_runs
 
 if TYPE_CHECKING:
@@ -96,10 +103,12 @@ DEFAULT_STATEMENT_TIMEOUT = 5.0
 HOLD_WINDOW_MS = 100
 
 
-#: The calls of the append functions, their parameters sent in binary: entries numbered by
-#: the handle (valid while ``next_seq`` is still its guess), and entries the server numbers.
-_GUESSED_CALL = "SELECT tracelock_append(%b::bigint, %b::bigint, %b::jsonb)"
-_NUMBERED_CALL = "SELECT base_seq, tail_hash FROM tracelock_append_entries(%b::jsonb)"
+#: The calls of the append procedures (schema migration 5), their parameters sent in
+#: binary: entries numbered by the handle (valid while ``next_seq`` is still its guess), and
+#: entries the server numbers. Each commits without waiting for the WAL flush, then, when
+#: its last parameter says durable, waits for it.
+_GUESSED_CALL = "CALL tracelock_append_commit(%b::bigint, %b::bigint, %b::jsonb, %b::boolean)"
+_NUMBERED_CALL = "CALL tracelock_append_entries_commit(%b::jsonb, %b::boolean, NULL, NULL)"
 
 #: How :meth:`PostgresStore._write` sends a batch: in a transaction that holds the writer
 #: lock, numbered on the handle's guess of ``next_seq``, or numbered by the server.
@@ -207,6 +216,10 @@ class PostgresStore(PostgresLocks):
         self._tip: int | None = None
         self._alone = False
         self._heads: dict[str, tuple[int, str] | None] = {}
+        # Whether a commit of this handle may not be flushed yet (a non-durable append's),
+        # and how many commits waited for their flush (a durable append's, a sync's).
+        self._unflushed = False
+        self._flush_waits = 0
         #: Called inside each append transaction for the runs this handle appends to under
         #: a lease (tracelock.storage.ownership): refuses a lost lease's appends.
         self.append_guard: AppendGuard | None = None
@@ -267,13 +280,16 @@ class PostgresStore(PostgresLocks):
         durable: bool = True,
         new_run: bool = False,
     ) -> Entry:
-        """Returns once the transaction holding the entry has committed (``durable=False``
-        too: an entry's ``seq`` exists only in a committed transaction)."""
-        entries: list[Entry] = self._queue.submit(self._request(((run, kind, payload, meta, new_run),)), self._clock)
+        """Returns once the transaction holding the entry has committed, and, unless
+        ``durable=False``, once that commit is flushed (an entry's ``seq`` exists only in a
+        committed transaction: a non-durable append commits too, without waiting for the
+        flush, which the next durable append or :meth:`sync` of any writer brings)."""
+        request = self._request(((run, kind, payload, meta, new_run),), durable=durable)
+        entries: list[Entry] = self._queue.submit(request, self._clock)
         return entries[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
-        request = self._request(items)
+        request = self._request(items, durable=durable)
         if not items:
             return []
         entries: list[Entry] = self._queue.submit(request, self._clock)
@@ -292,7 +308,8 @@ class PostgresStore(PostgresLocks):
         :meth:`sync` commits it in front of itself, in its transaction, with the timestamp
         returned here; so does the next held entry once this one is older than
         ``HOLD_WINDOW_MS`` (docs/storage-postgres.md, "Held entries")."""
-        return self._queue.hold(self._request(((run, kind, payload, meta, new_run),)), self._clock, HOLD_WINDOW_MS)
+        request = self._request(((run, kind, payload, meta, new_run),), durable=False)
+        return self._queue.hold(request, self._clock, HOLD_WINDOW_MS)
 
     def append_async(
         self,
@@ -305,11 +322,11 @@ class PostgresStore(PostgresLocks):
         durable: bool = True,
     ) -> Awaitable[Entry]:
         """Queued when called (one handle's appends commit in call order); the awaitable
-        resolves once the transaction holding the entry has committed (``durable=False``
-        too, as with :meth:`append`). The event loop keeps running meanwhile (the commit
-        runs on the handle's commit thread, shared with the appends queued with it). An
-        invalid item fails the awaitable, not the call."""
-        request = self._request(((run, kind, payload, meta, new_run),))
+        resolves once the transaction holding the entry has committed (and is flushed,
+        unless ``durable=False``), as with :meth:`append`. The event loop keeps running
+        meanwhile (the commit runs on the handle's commit thread, shared with the appends
+        queued with it). An invalid item fails the awaitable, not the call."""
+        request = self._request(((run, kind, payload, meta, new_run),), durable=durable)
         future: Awaitable[Entry] = self._queue.submit_async(request, self._clock, single=True)
         return future
 
@@ -332,11 +349,23 @@ class PostgresStore(PostgresLocks):
         """How many append calls (each an ``append*`` call) this handle has queued."""
         return self._queue.appends
 
-    def _request(self, items: Sequence[_Item]) -> Request:
+    @property
+    def flush_waits(self) -> int:
+        """How many of this handle's commits waited for their WAL flush (a durable
+        append's transaction, or a :meth:`sync`'s): the commits a caller waits for. A
+        non-durable append's commit does not wait."""
+        return self._flush_waits
+
+    def _request(self, items: Sequence[_Item], *, durable: bool = True) -> Request:
         """An append call's request, with its payloads canonicalized and hashed here, in
         the caller's thread, before it queues."""
         self._writer_check()
-        return Request(items, [stored_payload(item[2]) for item in items])
+        return Request(items, [stored_payload(item[2]) for item in items], durable=durable)
+
+    def _barrier(self) -> Request | None:
+        """An empty durable request for :meth:`sync`, when a commit of this handle may not
+        be flushed yet; None otherwise."""
+        return Request((), [], durable=True) if self._unflushed else None
 
     def _commit_batch(self, batch: list[Request]) -> None:
         """Append the requests of ``batch`` in one transaction, each all or nothing.
@@ -366,6 +395,7 @@ class PostgresStore(PostgresLocks):
         self._check_open()
         psycopg = self._psycopg
         names = list(dict.fromkeys(item[0] for request in batch for item in request.items))
+        durable = any(request.durable for request in batch)
         for attempt in (1, 2):
             committing = [False]
             known = self._writer is not None and not self._writer.closed
@@ -374,7 +404,7 @@ class PostgresStore(PostgresLocks):
                 conn = self._writer_session()
                 with self._watch.watching(conn):
                     try:
-                        self._transact(conn, batch, names, committing)
+                        self._transact(conn, batch, names, committing, durable)
                     except BaseException:
                         self._forget()
                         if not conn.broken:
@@ -451,7 +481,9 @@ class PostgresStore(PostgresLocks):
             with suppress(Exception):
                 conn.close()
 
-    def _transact(self, conn: Any, batch: list[Request], names: list[str], committing: list[bool]) -> None:
+    def _transact(
+        self, conn: Any, batch: list[Request], names: list[str], committing: list[bool], durable: bool
+    ) -> None:
         # The usual case, one call of the append function (server-side parameters, binary).
         # That call commits: a connection the server closed meanwhile (a restart) must be
         # found before it is sent, while a retry cannot commit twice.
@@ -462,9 +494,9 @@ class PostgresStore(PostgresLocks):
             if _closed_by_server(conn):
                 raise self._psycopg.OperationalError("the server closed this pooled connection")
             cur = conn.cursor()
-            if self._alone and self._tip is not None and self._attempt(conn, cur, batch, committing, _GUESSED):
+            if self._alone and self._tip is not None and self._attempt(conn, cur, batch, committing, _GUESSED, durable):
                 return
-            if self._attempt(conn, cur, batch, committing, _NUMBERED):
+            if self._attempt(conn, cur, batch, committing, _NUMBERED, durable):
                 return
         # Otherwise a client-side cursor sends each step as one simple query (the parameters
         # bound by the driver's own quoting): one round trip each. In READ COMMITTED each
@@ -472,16 +504,19 @@ class PostgresStore(PostgresLocks):
         # the head row lock was granted.
         cur = self._psycopg.ClientCursor(conn)
         # Lock first, then read the heads (after the lock was granted), build, write and
-        # commit: this always succeeds.
+        # commit (without waiting for the flush, as the append procedures do): this always
+        # succeeds.
         cur.execute(
-            "BEGIN; SELECT next_seq FROM tracelock_head WHERE id = 1 FOR UPDATE; "
+            "BEGIN; SET LOCAL synchronous_commit TO off; "
+            "SELECT next_seq FROM tracelock_head WHERE id = 1 FOR UPDATE; "
             "SELECT run, entries, last_hash, closed FROM tracelock_runs WHERE run = ANY(%s)",
             (names,),
         )
         cur.nextset()
+        cur.nextset()
         seq, known = self._observe(cur)
         self._fence(cur, batch, names)
-        self._write(cur, batch, seq, known, committing, _LOCKED)
+        self._write(cur, batch, seq, known, committing, _LOCKED, durable)
 
     def _fence(self, cur: Any, batch: list[Request], names: list[str]) -> None:
         """Refuse (in this transaction, after the head row lock) the requests of runs this
@@ -508,14 +543,16 @@ class PostgresStore(PostgresLocks):
         self._alone = seq == self._tip
         return seq, known
 
-    def _attempt(self, conn: Any, cur: Any, batch: list[Request], committing: list[bool], mode: str) -> bool:
+    def _attempt(
+        self, conn: Any, cur: Any, batch: list[Request], committing: list[bool], mode: str, durable: bool
+    ) -> bool:
         """:meth:`_write` on the heads this handle knows, without holding the lock; False
         (nothing committed) if the guess of ``next_seq`` (``_GUESSED``) or a head moved on
         meanwhile."""
         errors = self._psycopg.errors
         try:
             first = self._tip if mode == _GUESSED and self._tip is not None else 0
-            self._write(cur, batch, first, self._heads, committing, mode)
+            self._write(cur, batch, first, self._heads, committing, mode, durable)
         except (errors.SerializationFailure, errors.UniqueViolation):
             # Another writer appended (to one of the batch's runs, for ``_NUMBERED``), or a
             # queue lease changed hands (or a run this batch starts exists already: a
@@ -568,8 +605,10 @@ class PostgresStore(PostgresLocks):
         known: dict[str, tuple[int, str] | None],
         committing: list[bool],
         mode: str,
+        durable: bool,
     ) -> None:
-        """Build the batch's entries from ``seq`` on and send them with ``COMMIT``.
+        """Build the batch's entries from ``seq`` on and send them with ``COMMIT`` (which
+        does not wait for the WAL flush), and, when ``durable``, a wait for the flush.
 
         ``_LOCKED``: the transaction is open and holds the head row lock, ``seq`` is
         ``next_seq``; the writes go as statements of one simple query ending with
@@ -579,6 +618,8 @@ class PostgresStore(PostgresLocks):
         ``tracelock_append`` writes only if it is right; ``_NUMBERED``, the entries are
         built from ``seq`` 0 as stand-ins and ``tracelock_append_entries`` checks the
         heads and numbers them. Either raises ``SerializationFailure`` when it refuses.
+        A batch with nothing to write only waits for the flush, when ``durable`` and a
+        commit of this handle may not be flushed yet.
         """
         first = seq
         touched: dict[str, tuple[int, str] | None] = {}
@@ -602,13 +643,19 @@ class PostgresStore(PostgresLocks):
         if not built:
             if mode == _LOCKED:
                 cur.execute(b"ROLLBACK")
+            if durable and self._unflushed:
+                committing[0] = True
+                cur.execute(FLUSH_WAIT.encode())
+                self._flushed()
+            for request, _ in results:  # requests without items (a sync's)
+                request.result = []
             return
         updates, inserts = _run_rows(built, known)
         committing[0] = True
         guard = self.append_guard
         leases = guard.tokens(touched) if guard is not None and mode != _LOCKED else {}
         if mode == _NUMBERED:
-            built = self._call_numbered(cur, built, payload_rows, updates, inserts, leases)
+            built = self._call_numbered(cur, built, payload_rows, updates, inserts, leases, durable)
             self._alone = built[0].seq == self._tip
             seq = built[-1].seq + 1
             touched = {entry.run: None if entry.kind in TERMINAL_KINDS else (entry.i, entry.hash) for entry in built}
@@ -620,9 +667,13 @@ class PostgresStore(PostgresLocks):
             # The rows of the entries as built here (numbered from next_seq or the guess).
             entry_rows = [(entry.seq, entry.run, entry.i, entry.line, leaf_hash(entry.line)) for entry in built]
             if mode == _LOCKED:
-                self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq)
+                self._send_statements(cur, payload_rows, entry_rows, updates, inserts, seq, durable)
             else:
-                self._call_guessed(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases)
+                self._call_guessed(cur, first, seq, payload_rows, entry_rows, updates, inserts, leases, durable)
+        if durable:
+            self._flushed()
+        else:
+            self._unflushed = True
         self._tip = seq
         for request, out in results:
             request.result = out
@@ -636,8 +687,10 @@ class PostgresStore(PostgresLocks):
         updates: list[tuple[Any, ...]],
         inserts: list[tuple[Any, ...]],
         next_seq: int,
+        durable: bool,
     ) -> None:
-        """The writes of a locked transaction and its ``COMMIT``, as one simple query."""
+        """The writes of a locked transaction and its ``COMMIT``, and when ``durable`` the
+        wait for its flush (a transaction of its own), as one simple query."""
         statements: list[str] = []
         args: list[Any] = []
         if payload_rows:
@@ -673,6 +726,8 @@ class PostgresStore(PostgresLocks):
         statements.append("UPDATE tracelock_head SET next_seq = %s WHERE id = 1")
         args.append(next_seq)
         statements.append("COMMIT")
+        if durable:
+            statements.append(FLUSH_WAIT)
         cur.execute("; ".join(statements), args)
 
     @staticmethod
@@ -685,8 +740,10 @@ class PostgresStore(PostgresLocks):
         updates: list[tuple[Any, ...]],
         inserts: list[tuple[Any, ...]],
         leases: dict[str, int],
+        durable: bool,
     ) -> None:
-        """One call of ``tracelock_append`` (schema migrations 3 and 4; 3 documents ``batch``)."""
+        """One call of ``tracelock_append_commit`` (schema migration 5), which runs
+        ``tracelock_append`` (migrations 3 and 4; 3 documents ``batch``)."""
         batch = _batch(
             payload_rows,
             [[seq, run, i, b64encode(line).decode(), leaf.hex()] for seq, run, i, line, leaf in entry_rows],
@@ -694,7 +751,7 @@ class PostgresStore(PostgresLocks):
             inserts,
             leases,
         )
-        cur.execute(_GUESSED_CALL, (expect, next_seq, batch))
+        cur.execute(_GUESSED_CALL, (expect, next_seq, batch, durable))
 
     def _call_numbered(
         self,
@@ -704,9 +761,11 @@ class PostgresStore(PostgresLocks):
         updates: list[tuple[Any, ...]],
         inserts: list[tuple[Any, ...]],
         leases: dict[str, int],
+        durable: bool,
     ) -> list[Entry]:
-        """One call of ``tracelock_append_entries`` (schema migration 4 documents its batch)
-        with ``built``, numbered from 0; returns them as numbered by the server. The server
+        """One call of ``tracelock_append_entries_commit`` (schema migration 5), which runs
+        ``tracelock_append_entries`` (migration 4 documents its batch) with ``built``,
+        numbered from 0; returns them as numbered by the server. The server
         built the same lines from the same parts: the last entry's hash, which chains every
         entry of its run in the batch, is compared, and a difference fails the handle."""
         rows: list[list[Any]] = []
@@ -725,7 +784,7 @@ class PostgresStore(PostgresLocks):
             [[*row[:9], row[10]] for row in inserts],
             leases,
         )
-        cur.execute(_NUMBERED_CALL, (batch,))
+        cur.execute(_NUMBERED_CALL, (batch, durable))
         base, last_hash = cur.fetchone()
         numbered: list[Entry] = []
         for index, (entry, row) in enumerate(zip(built, rows, strict=True)):
@@ -781,17 +840,22 @@ class PostgresStore(PostgresLocks):
         """Nothing to do: every read sees every committed transaction."""
 
     def sync(self) -> None:
-        """Commit the held entries (:meth:`append_held`); every other append returned after
-        its transaction committed."""
+        """Commit the held entries (:meth:`append_held`), and wait for the WAL flush of
+        every commit of this handle (a non-durable append's commit did not wait)."""
         self._writer_check()
-        self._queue.flush()
+        self._queue.flush(self._barrier())
 
     def sync_async(self) -> Awaitable[None]:
         """:meth:`sync` for a coroutine: the held entries ride on a commit led by the
         handle's commit thread; the loop is not blocked."""
         self._writer_check()
-        future: Awaitable[None] = self._queue.flush_async(self._clock)
+        future: Awaitable[None] = self._queue.flush_async(self._clock, pending=self._unflushed)
         return future
+
+    def _flushed(self) -> None:
+        """A commit of this handle waited for its flush, which covers every earlier one."""
+        self._unflushed = False
+        self._flush_waits += 1
 
     def erase_payload(self, digest: str) -> bool:
         """Remove a payload's bytes (after its redaction entry was appended). Returns False
@@ -868,6 +932,10 @@ class PostgresStore(PostgresLocks):
                 return
         self.close_queue()
         self._queue.close()
+        if self._unflushed and self._failed is None:
+            # A non-durable append's commit, the last of this handle: flushed before closing.
+            with suppress(TracelockError):
+                self._queue.flush(self._barrier())
         if self._ownership is not None:
             self._ownership.close()
         with self._state_lock:
