@@ -170,7 +170,8 @@ class CommitQueue:
     def flush(self, barrier: Request | None = None) -> None:
         """Commit the held requests, if any, durably (the error of one that fails goes to
         the next append of its run); with none held, commit ``barrier`` (an empty durable
-        request: what was committed before it becomes durable), if given."""
+        request: what was committed before it becomes durable), if given, and raise its
+        error."""
         with self._cond:
             if self._held:
                 last = self._held[-1]
@@ -185,7 +186,9 @@ class CommitQueue:
             lead = self._wait_locked(last)
         if lead:
             self._lead(until=last)
-        if last.error is not None:
+        if last is barrier:
+            last.outcome()  # the wait for durability failed: the caller learns it
+        elif last.error is not None:
             with self._cond:
                 self._note_held_error_locked(last)
 
