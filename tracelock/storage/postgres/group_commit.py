@@ -1,11 +1,11 @@
 """Group commit for one PostgreSQL store handle: concurrent appends share transactions.
 
 A commit costs a round trip and, for a durable append, a wait for its WAL flush: sharing
-commits makes a handle's appends cheaper than one commit each. Every append (from any thread, or a
-coroutine's ``append_async``) becomes a :class:`Request` in one queue, and one caller at a
-time, the leader, commits everything queued so far in one transaction, then wakes the
-callers it covered. Appends that arrive during a commit ride on the next one. Nobody waits
-on a timer.
+commits makes a handle's appends cheaper than one commit each. Every append (from any
+thread, or a coroutine's ``append_async``) becomes a :class:`Request` in one queue, and one
+caller at a time, the leader, commits everything queued so far in one transaction, then
+wakes the callers it covered. Appends that arrive during a commit ride on the next one.
+Nobody waits on a timer.
 
 Coroutines never block their event loop: their requests are led by a worker thread (one
 per handle, started on first use) and their futures are resolved on their loop with
