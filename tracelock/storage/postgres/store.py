@@ -313,8 +313,9 @@ class PostgresStore(PostgresLocks):
         future: Awaitable[Entry] = self._queue.submit_async(request, self._clock, single=True)
         return future
 
-    def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
-        """:meth:`append_many` for a coroutine, like :meth:`append_async`."""
+    def append_many_async(self, items: Sequence[NewEntry], *, durable: bool = True) -> Awaitable[list[Entry]]:
+        """:meth:`append_many` for a coroutine, like :meth:`append_async` (``durable=False``
+        too resolves once the transaction has committed)."""
         request = self._request(items)
         if not items:
             return _ready([])
