@@ -332,7 +332,10 @@ class RunJournal:
         # Orders the run's writes: held entries are taken and written under it. A sync
         # write holds it across the store call; a bridged one only while the store queues
         # the entries (their place is fixed then), never across a wait (bridge's rule).
+        # An entry held meanwhile (``_held_lock``, never held across a call) waits for the
+        # next write: it was recorded after this one's entries were taken.
         self._write_lock = threading.Lock()
+        self._held_lock = threading.Lock()
 
     def _append(
         self,
@@ -347,19 +350,21 @@ class RunJournal:
         durable = durable or self.strict
         return self._write(NewEntry(self.run_id, kind, payload, meta, new_run), durable, owed and not self.strict)
 
-    def _write(self, item: NewEntry | None, durable: bool, owed: bool = False) -> Entry:
+    def _write(self, item: NewEntry | None, durable: bool, owed: bool = False, *, blocking: bool = False) -> Entry:
         """Write the held entries, then ``item`` (None: the held entries alone, not durable),
         in one append; return the last entry written. On a failure nothing of it was
-        written, and the held entries stay held."""
+        written, and the held entries stay held. ``blocking``: never through the event loop
+        (the run is being torn down, and its loop may be gone)."""
         store = self.store
         with self._write_lock:
-            held = self._held
-            self._held = []
+            with self._held_lock:
+                held = self._held
+                self._held = []
             items = held + [item] if item is not None else held
             if not items:
                 raise AssertionError("nothing to write")
             before = self._returned
-            bridged = bridge.active()
+            bridged = not blocking and bridge.active()
             try:
                 if bridged:
                     # An async caller's run: queued now, in order; the commit is awaited
@@ -369,7 +374,8 @@ class RunJournal:
                 else:
                     entries = store.append_many(items, durable=durable)
             except BaseException:
-                self._held = held + self._held
+                with self._held_lock:
+                    self._held = held + self._held  # those held meanwhile come after
                 raise
         if bridged:
             # A batch refused here (a backend that fails the awaitable, not the call) has
@@ -392,7 +398,7 @@ class RunJournal:
         if payload is not NO_PAYLOAD and type(payload) is not Encoded:
             payload = Encoded(payload, dumps(payload))
         item = NewEntry(self.run_id, kind, payload, meta, new_run)
-        with self._write_lock:
+        with self._held_lock:
             self._held.append(item)
         self._returning()
 
@@ -413,9 +419,10 @@ class RunJournal:
         return len(self._held)
 
     def write_held(self) -> None:
-        """Write the held entries now (not durably), if there are any."""
+        """Write the held entries now (not durably, and without the event loop), if there
+        are any."""
         if self._held:
-            self._write(None, durable=False)
+            self._write(None, durable=False, blocking=True)
 
     def interrupted(self) -> None:
         """The run leaves this call unfinished, by an exception that ends no run (a

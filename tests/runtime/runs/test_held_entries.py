@@ -17,12 +17,12 @@ import pytest
 
 from tests.runtime._held_kill_child import POLICY, build
 from tracelock import Runtime
+from tracelock.core.canonical import CanonicalError
 from tracelock.core.entry import Entry
+from tracelock.errors import StoreError
 from tracelock.runtime.records import RunJournal, load_run
 from tracelock.storage.backend import NewEntry
 from tracelock.storage.directory import DirectoryStore
-from tracelock.core.canonical import CanonicalError
-from tracelock.errors import StoreError
 from tracelock.storage.verify import verify_store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -164,6 +164,7 @@ def test_a_kill_before_the_first_intent_reruns_the_llm_call_and_the_lookup(tmp_p
         assert [entry.kind for entry in opened.entries("run-1")] == ["run.start"]
     runs, status, _ = _recover(store, counters)
     assert [(row["run"], row["to"]) for row in runs] == [("run-1", "completed")], runs
+    assert status == "completed"
     assert _ran(counters, "llm") == ["o", "o"] and _ran(counters, "lookup") == ["o-1", "o-1", "o-2"]
     assert _ran(counters, "pay") == ["o-1", "o-2"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tracelock.core.entry import TERMINAL_KINDS, Entry, build_next
 from tracelock.storage.backend import NO_PAYLOAD, NewEntry, stored_payload
@@ -29,9 +29,12 @@ _INDEX_BATCH = 2048
 _LOOP_INDEX_BATCH = 256
 
 
-def _done(entry: Entry) -> asyncio.Future[Entry]:
-    future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
-    future.set_result(entry)
+_T = TypeVar("_T")
+
+
+def _done(value: _T) -> asyncio.Future[_T]:
+    future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
     return future
 
 
@@ -172,8 +175,7 @@ class Writes(MerkleQueries):
         if guard is not None:
             # Under the writer lock; nothing to read for runs this handle holds no lease on.
             # One look per run, however many of its entries the batch carries.
-            first = items[0][0]
-            runs = [first] if all(item[0] == first for item in items) else list(dict.fromkeys(item[0] for item in items))
+            runs = [items[0][0]] if len(items) == 1 else list(dict.fromkeys([item[0] for item in items]))
             refused = guard.refused(None, runs)
             if refused:
                 raise next(iter(refused.values()))
