@@ -1,6 +1,6 @@
 """Child process of ``test_held_entries.py``: one run that SIGKILLs itself at a chosen write
-of the store (before or after the ``append_many`` that carries a given entry), so the
-instant is exact. Every tool counts its real executions in a file outside the store."""
+of the store (before or after the ``append`` or ``append_many`` that carries a given entry),
+so the instant is exact. Every tool counts its real executions in a file outside the store."""
 
 from __future__ import annotations
 
@@ -62,21 +62,32 @@ def build(counters: Path) -> Toolkit:
 def main() -> None:
     store_dir, counters, when, kind, nth = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
     seen = {"count": 0}
-    original = DirectoryStore.append_many
 
-    def append_many(self: DirectoryStore, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
+    def instant(items: Sequence[NewEntry], write: Any) -> Any:
+        """Kill before or after the ``nth`` write that carries an entry of ``kind``."""
         carries = any(item.run == "run-1" and item.kind == kind for item in items)
         if carries:
             seen["count"] += 1
         hit = carries and seen["count"] == nth
         if hit and when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
-        entries = original(self, items, durable=durable)
+        written = write()
         if hit and when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
-        return entries
+        return written
+
+    original_many, original_one = DirectoryStore.append_many, DirectoryStore.append
+
+    def append_many(self: DirectoryStore, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
+        written: list[Entry] = instant(items, lambda: original_many(self, items, durable=durable))
+        return written
+
+    def append(self: DirectoryStore, run: str, kind: str, **kwargs: Any) -> Entry:
+        written: Entry = instant([NewEntry(run, kind)], lambda: original_one(self, run, kind, **kwargs))
+        return written
 
     DirectoryStore.append_many = append_many  # type: ignore[method-assign]
+    DirectoryStore.append = append  # type: ignore[method-assign]
     kit = build(counters)
     with Runtime(str(store_dir), POLICY, toolkits=(kit,), ids=lambda: "run-1") as runtime:
         result = runtime.run(kit.agents["payer"].func, {"order": "o"})
