@@ -28,6 +28,7 @@ Entry kinds of a run (payloads are JSON documents, stored content-addressed):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import traceback as traceback_module
 from collections.abc import Mapping
@@ -36,11 +37,11 @@ from typing import Any
 
 import orjson
 
-from tracelock.core.canonical import Encoded, dumps_with
+from tracelock.core.canonical import Encoded, dumps, dumps_with
 from tracelock.core.entry import ADMIN_RUN, REDACTION_KIND, Entry
 from tracelock.errors import StoreError
 from tracelock.runtime import bridge
-from tracelock.storage.backend import NO_PAYLOAD, Store
+from tracelock.storage.backend import NO_PAYLOAD, NewEntry, Store
 from tracelock.storage.errors import PayloadMissingError, PayloadRedactedError
 
 __all__ = ["RunRecord", "load_run", "readable_payload", "redaction_copy", "RunJournal", "merge_effect", "audit_traceback"]
@@ -286,14 +287,28 @@ class RunJournal:
     enforced exactly where a crash could do harm (docs/spec.md 3.4, which argues why these
     points are enough): an idempotent or irreversible effect's intent is durable before it
     executes (and with it everything the run recorded before); an irreversible effect's
-    result is durable before anything outside the journal can see it: before the next
-    effect that leaves the process (:meth:`settle`), a lifecycle state, or the run's end;
-    every lifecycle state and the run's end are durable before they are reported. Entries of
-    effects that cannot change the world (read-only tools, LLM calls, the clock, randomness)
-    are *held* (``Store.append_held``): the directory store writes them at once (a process
-    crash loses none) and fsyncs them with the next of those points; the PostgreSQL backend
-    commits them with the handle's next append. A crash before that only means recovery
-    re-runs them, which their class allows.
+    result is written at once (a process crash cannot lose it) and is durable before
+    anything outside the journal can see it: before the next effect that leaves the
+    process (:meth:`settle`), a lifecycle state, or the run's end; every lifecycle state
+    and the run's end are durable before they are reported.
+
+    Entries that need no durability of their own (effects that cannot change the world:
+    read-only tools, LLM calls, the clock, randomness; gather orders, routes, marks,
+    tracebacks) are *held in the run*: serialized at once (a payload that is not canonical
+    JSON fails the call that made it), and written in front of the run's next write (an
+    intent, an irreversible result, an approval, a state, the end) in one
+    ``Store.append_many``: one writer-lock hold, one write and, where that write is a
+    durability point, one sync. A crash before that loses them, which only means recovery
+    runs them again, as their class allows; nothing written after them in the run is
+    written without them, so a durable entry still covers everything the run recorded
+    before it. Held entries are stamped when written (the entries of one write share its
+    ``ts``). The run's start is not held in the run (see :meth:`start`): a run is in the
+    store, for other processes and for ``recover``, from its first instant. A run leaving
+    by an exception that ends nothing (:meth:`interrupted`) writes what it holds.
+
+    The run's writes are ordered: one thread (or bridged task) at a time takes the held
+    entries and hands them to the store with its own, so a gather's members, appending from
+    several threads, never write an entry before one that was held before it.
     """
 
     def __init__(self, store: Store, run_id: str, *, strict: bool = False, batch: bool = False) -> None:
@@ -304,14 +319,23 @@ class RunJournal:
         # caller's final sync, before anything is reported; effects keep their own rules.
         self.batch = batch
         # Which irreversible result is owed durability, told by the journal's own count of
-        # appends that returned (``_returned``): the newest one not yet known durable (None:
-        # none). A durable append (or a sync) covers every append that returned before it
-        # began, since the store makes a prefix durable; counting returns, not seqs, lets a
-        # result be held (no seq at hand) and stays right when a gather's members append
-        # from several threads at once.
+        # entries recorded (``_returned``: held or appended): the newest one not yet known
+        # durable (None: none). A durable append (or a sync) covers every entry recorded
+        # before it began, since the store makes a prefix durable and the held ones ride in
+        # the append itself; counting records, not seqs, stays right when a gather's
+        # members append from several threads at once.
         self._returned = 0
         self._owed: int | None = None
         self._owed_lock = threading.Lock()
+        #: Entries held in the run, in record order, not yet handed to the store.
+        self._held: list[NewEntry] = []
+        # Orders the run's writes: held entries are taken and written under it. A sync
+        # write holds it across the store call; a bridged one only while the store queues
+        # the entries (their place is fixed then), never across a wait (bridge's rule).
+        # An entry held meanwhile (``_held_lock``, never held across a call) waits for the
+        # next write: it was recorded after this one's entries were taken.
+        self._write_lock = threading.Lock()
+        self._held_lock = threading.Lock()
 
     def _append(
         self,
@@ -323,34 +347,65 @@ class RunJournal:
         new_run: bool = False,
         owed: bool = False,
     ) -> Entry:
-        store = self.store
-        before = self._returned
         durable = durable or self.strict
-        if bridge.active():
-            # An async caller's run: the loop goes on meanwhile (a commit to wait for is
-            # awaited, and the runs waiting on one share it).
-            entry = bridge.wait(
-                store.append_async(self.run_id, kind, payload=payload, meta=meta, new_run=new_run, durable=durable)
-            )
-        else:
-            entry = store.append(self.run_id, kind, payload=payload, meta=meta, durable=durable, new_run=new_run)
-        self._returning(covers=before if durable else None, owed=owed and not self.strict)
-        return entry
+        return self._write(NewEntry(self.run_id, kind, payload, meta, new_run), durable, owed and not self.strict)
+
+    def _write(self, item: NewEntry | None, durable: bool, owed: bool = False, *, blocking: bool = False) -> Entry:
+        """Write the held entries, then ``item`` (None: the held entries alone, not durable),
+        in one append; return the last entry written. On a failure nothing of it was
+        written, and the held entries stay held. ``blocking``: never through the event loop
+        (the run is being torn down, and its loop may be gone)."""
+        store = self.store
+        with self._write_lock:
+            with self._held_lock:
+                held = self._held
+                self._held = []
+            items = held + [item] if item is not None else held
+            if not items:
+                raise AssertionError("nothing to write")
+            before = self._returned
+            bridged = not blocking and bridge.active()
+            try:
+                if bridged:
+                    # An async caller's run: queued now, in order; the commit is awaited
+                    # below, outside the lock (the loop goes on meanwhile, and the runs
+                    # waiting on one commit share it).
+                    pending = store.append_many_async(items, durable=durable)
+                else:
+                    entries = store.append_many(items, durable=durable)
+            except BaseException:
+                with self._held_lock:
+                    self._held = held + self._held  # those held meanwhile come after
+                raise
+        if bridged:
+            # A batch refused here (a backend that fails the awaitable, not the call) has
+            # taken the held entries with it: lost as a crash would lose them, never
+            # written out of their order.
+            entries = bridge.wait(pending)
+        if item is not None:
+            self._returning(covers=before if durable else None, owed=owed)
+        return entries[-1]
 
     def _hold(
         self, kind: str, payload: Any = NO_PAYLOAD, *, meta: dict[str, Any] | None = None, new_run: bool = False
-    ) -> int:
-        """An entry that needs no durability of its own: it may wait in the process for the
-        store's next durable append or sync (``Store.append_held``); returns its timestamp."""
+    ) -> None:
+        """An entry that needs no durability of its own: held in the run until its next
+        write (see the class). Its payload is serialized now: a document that is not
+        canonical JSON fails here, and a caller changing it later changes nothing."""
         if self.strict:
-            return self._append(kind, payload, meta=meta, durable=True, new_run=new_run).ts
-        ts = self.store.append_held(self.run_id, kind, payload=payload, meta=meta, new_run=new_run)
+            self._append(kind, payload, meta=meta, durable=True, new_run=new_run)
+            return
+        if payload is not NO_PAYLOAD and type(payload) is not Encoded:
+            payload = Encoded(payload, dumps(payload))
+        item = NewEntry(self.run_id, kind, payload, meta, new_run)
+        with self._held_lock:
+            self._held.append(item)
         self._returning()
-        return ts
 
     def _returning(self, *, covers: int | None = None, owed: bool = False) -> None:
-        """Count an append that returned; ``covers``: it was durable, and covers every append
-        that had returned when it began (that many); ``owed``: it is an irreversible result."""
+        """Count an entry recorded (held or appended); ``covers``: it was durable, and covers
+        every entry recorded when it began (that many); ``owed``: it is an irreversible
+        result."""
         with self._owed_lock:
             self._returned += 1
             if covers is not None and self._owed is not None and self._owed <= covers:
@@ -358,9 +413,32 @@ class RunJournal:
             if owed:
                 self._owed = self._returned
 
+    @property
+    def held(self) -> int:
+        """How many entries wait in the run for its next write."""
+        return len(self._held)
+
+    def write_held(self) -> None:
+        """Write the held entries now (not durably, and without the event loop), if there
+        are any."""
+        if self._held:
+            self._write(None, durable=False, blocking=True)
+
+    def interrupted(self) -> None:
+        """The run leaves this call unfinished, by an exception that ends no run (a
+        cancelled task, ``KeyboardInterrupt``, a divergence): its held entries are written,
+        so that ``recover``/``resume`` in a process that goes on finds what it recorded.
+        A write that fails here is left to recovery, as a crash would be: the exception
+        being raised is the one the caller gets."""
+        if self._held:
+            with contextlib.suppress(Exception):
+                self.write_held()
+
     def settle(self) -> None:
         """Make an irreversible result durable before an effect that leaves the process runs
-        (it could carry what the result told the agent to the world)."""
+        (it could carry what the result told the agent to the world). Held entries stay
+        held: none of them is an irreversible result, and each is written in front of the
+        next entry that could depend on it."""
         if self._owed is None:
             return
         before = self._returned
@@ -374,12 +452,21 @@ class RunJournal:
                 self._owed = None
 
     def start(self, doc: dict[str, Any], *, agent: str, parent: str | None) -> int:
-        """The run's start; returns its timestamp (the run's start time)."""
+        """The run's start; returns its timestamp (the run's start time). Not held in the
+        run: ``Store.append_held`` writes it at once on the directory store (from then on
+        the run is in the store, where other processes and ``recover`` see it), and the
+        PostgreSQL backend, where every write is a commit, commits it with the handle's
+        next append."""
         meta: dict[str, Any] = {"agent": agent, "status": "running"}
         if parent is not None:
             meta["parent"] = parent
         # The runtime gives every run a fresh id (generated, or checked when it was chosen).
-        return self._hold(START, doc, meta=meta, new_run=True)
+        if self.strict:
+            return self._append(START, doc, meta=meta, durable=True, new_run=True).ts
+        with self._write_lock:
+            ts = self.store.append_held(self.run_id, START, payload=doc, meta=meta, new_run=True)
+        self._returning()
+        return ts
 
     # ``known``: canonical bytes of members the step serialized already (``args``,
     # ``result``), written into the payload as they are instead of serialized again.

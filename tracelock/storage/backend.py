@@ -244,7 +244,12 @@ class Store(Protocol):
         coroutine waiting)."""
         ...
 
-    def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]: ...
+    def append_many_async(self, items: Sequence[NewEntry], *, durable: bool = True) -> Awaitable[list[Entry]]:
+        """:meth:`append_many` for a coroutine, to be awaited, as :meth:`append_async` is for
+        :meth:`append`: the entries' places are fixed by the call; the await returns them
+        once durable (``durable``), or once they are where :meth:`append_many` with
+        ``durable=False`` would have left them."""
+        ...
 
     def sync(self) -> None: ...
 

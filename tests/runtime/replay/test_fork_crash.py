@@ -65,8 +65,9 @@ def test_fork_killed_while_copying_its_prefix_recovers_without_rerunning_it(tmp_
     assert b"RECORDED" in proc.stdout and b"FORK ENDED" not in proc.stdout
     with DirectoryStore(store_dir, read_only=True) as store:
         crashed = load_run(store, "child")
-    # The instant of the kill: the child exists, only step 0 of its prefix is copied.
-    assert crashed.status == "running" and sorted(crashed.effects) == [0]
+    # The instant of the kill: the child exists; its copy of step 0 was held in the
+    # process (written with the child's next write), and died with it.
+    assert crashed.status == "running" and sorted(crashed.effects) == []
     assert crashed.parent == {"run": "parent", "step": child.FORK_AT}
     assert _lines(counters, "charge") == ["5"]
 
@@ -109,6 +110,9 @@ def _copy_entries(runtime: Runtime, source: str, target: str, count: int) -> Non
             journal.result(doc, irreversible=True)
         else:
             raise AssertionError(f"unexpected entry {entry.kind} before the end of a fork")
+    # What the journal holds in the run reaches the store with its next write: the state
+    # of a journal cut right after this entry.
+    journal.write_held()
 
 
 @pytest.mark.parametrize("written", [1, 2, 3, 4, 5, 6])
@@ -149,7 +153,9 @@ def test_a_copied_prefix_step_that_contradicts_the_parent_stops_recovery(runtime
     copy = dict(load_run(runtime.store, "reference").effects[0])
     copy["step"] = 1
     copy["result"] = {"fetched": "not what the parent saw"}
-    RunJournal(runtime.store, "forged").effect(copy)
+    forged = RunJournal(runtime.store, "forged")
+    forged.effect(copy)
+    forged.write_held()
 
     report = runtime.recover()
 
@@ -179,7 +185,9 @@ def test_any_change_to_a_copied_prefix_step_is_refused_and_runs_nothing(
             assume(copy.get(member) != value)
             copy[member] = value
             _copy_entries(rt, "reference", "cut", 1 + step)
-            RunJournal(rt.store, "cut").effect(copy)
+            cut = RunJournal(rt.store, "cut")
+            cut.effect(copy)
+            cut.write_held()
             before = {tool: _lines(counters, tool) for tool in ("fetch", "charge", "notify")}
 
             (row,) = rt.recover().runs

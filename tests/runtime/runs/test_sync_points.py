@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,15 +29,25 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _syncs_of_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: bool) -> int:
-    """The fdatasync calls of one run on a warm store (the store already open and written)."""
+    """The syncs of one run on a warm store (the store already open and written): its
+    fdatasync calls and its writes that return once durable (``RWF_DSYNC``, which the
+    journal uses when everything before the write is durable already)."""
     kit = build(tmp_path / "ledger")
     calls = []
-    real = os.fdatasync
+    real, real_pwritev = os.fdatasync, os.pwritev
+
+    def pwritev(fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        if flags & os.RWF_DSYNC:
+            calls.append(fd)
+        return real_pwritev(fd, buffers, offset, flags)
+
     with Runtime(str(tmp_path / "store"), POLICY, toolkits=(kit,)) as runtime:
         runtime.run(kit.agents["payer"].func, {"order": "warm-up", "after": after})
         monkeypatch.setattr(os, "fdatasync", lambda fd: calls.append(fd) or real(fd))
+        monkeypatch.setattr(os, "pwritev", pwritev)
         result = runtime.run(kit.agents["payer"].func, {"order": "o2", "after": after})
         monkeypatch.setattr(os, "fdatasync", real)
+        monkeypatch.setattr(os, "pwritev", real_pwritev)
     assert result.status == "completed"
     return len(calls)
 

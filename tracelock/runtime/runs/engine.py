@@ -653,6 +653,8 @@ class Engine:
         except NondeterminismError as exc:
             outcome, code, error = "EXECUTION_ERROR", NONDETERMINISM.code, exc.message
         except DivergenceError:
+            if journal is not None:
+                journal.interrupted()
             raise
         except StoreError:
             # The store failed (a full disk, a lost connection), not the agent: nothing is
@@ -663,6 +665,12 @@ class Engine:
             trace = audit_traceback(exc)
             if journal is not None:
                 journal.traceback({"step": None, "where": "agent", "exception": type(exc).__name__, "traceback": trace})
+        except BaseException:
+            # Interrupted (a cancelled task, KeyboardInterrupt): the run stays unfinished,
+            # with what it recorded written, for `recover` or `resume`.
+            if journal is not None:
+                journal.interrupted()
+            raise
         effects = [ctx.effects[s] for s in sorted(ctx.effects)]
         projection = run_projection(
             agent=name,

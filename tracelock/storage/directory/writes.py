@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tracelock.core.entry import TERMINAL_KINDS, Entry, build_next
 from tracelock.storage.backend import NO_PAYLOAD, NewEntry, stored_payload
@@ -29,9 +29,12 @@ _INDEX_BATCH = 2048
 _LOOP_INDEX_BATCH = 256
 
 
-def _done(entry: Entry) -> asyncio.Future[Entry]:
-    future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
-    future.set_result(entry)
+_T = TypeVar("_T")
+
+
+def _done(value: _T) -> asyncio.Future[_T]:
+    future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
     return future
 
 
@@ -55,7 +58,12 @@ class Writes(MerkleQueries):
         return self._settle(out, end, backlog, durable)[0]
 
     def append_many(self, items: Sequence[NewEntry], *, durable: bool = True) -> list[Entry]:
-        out, end, backlog, _ = self._enqueue(items)
+        """Append ``items`` in one commit: one hold of the writer lock, one fence check per
+        run, one write (and, ``durable``, one sync): a run's held entries and the entry
+        that carries them cost what that entry alone does."""
+        out, end, backlog, done = self._enqueue(items, write=not durable)
+        if done:
+            return out
         return self._settle(out, end, backlog, durable)
 
     def append_held(
@@ -113,8 +121,11 @@ class Writes(MerkleQueries):
         assert log is not None  # _enqueue checked that this handle writes
         return log.durable_future(end, out[0])
 
-    def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
-        """:meth:`append_many` (durable) for a coroutine, like :meth:`append_async`."""
+    def append_many_async(self, items: Sequence[NewEntry], *, durable: bool = True) -> Awaitable[list[Entry]]:
+        """:meth:`append_many` for a coroutine, like :meth:`append_async` (not ``durable``:
+        written at once, and the awaitable is done)."""
+        if not durable:
+            return _done(self.append_many(items, durable=False))
         out, end, backlog, _ = self._enqueue(items)
         if backlog:
             self._flush_index()
@@ -147,8 +158,9 @@ class Writes(MerkleQueries):
             try:
                 self._check_guard(items)
                 if len(items) > 1:
-                    return *self._build_locked(items, prepared, log), False
-                out, end, backlog, written = self._build_one(items[0], prepared[0], log, write=write)
+                    out, end, backlog, written = self._build_locked(items, prepared, log, write=write)
+                else:
+                    out, end, backlog, written = self._build_one(items[0], prepared[0], log, write=write)
             except BaseException:
                 self._release_if_idle_locked()  # nothing of this call was queued
                 raise
@@ -162,7 +174,9 @@ class Writes(MerkleQueries):
         guard = self.append_guard
         if guard is not None:
             # Under the writer lock; nothing to read for runs this handle holds no lease on.
-            refused = guard.refused(None, [item[0] for item in items])
+            # One look per run, however many of its entries the batch carries.
+            runs = [items[0][0]] if len(items) == 1 else list(dict.fromkeys([item[0] for item in items]))
+            refused = guard.refused(None, runs)
             if refused:
                 raise next(iter(refused.values()))
 
@@ -222,9 +236,10 @@ class Writes(MerkleQueries):
         return [entry], end, len(entries) >= _INDEX_BATCH, written
 
     def _build_locked(
-        self, items: Sequence[_Item], prepared: list[tuple[bytes, bytes] | None], log: GroupCommitLog
-    ) -> tuple[list[Entry], int, bool]:
-        """The body of :meth:`_enqueue`, under ``_lock`` and the writer lock."""
+        self, items: Sequence[_Item], prepared: list[tuple[bytes, bytes] | None], log: GroupCommitLog, *, write: bool
+    ) -> tuple[list[Entry], int, bool, bool]:
+        """The body of :meth:`_enqueue` for a batch, under ``_lock`` and the writer lock;
+        ``write`` as for :meth:`_build_one`."""
         ts = self._clock()
         seq = self._next_seq
         offset = base = log.queued_end
@@ -274,7 +289,10 @@ class Writes(MerkleQueries):
             seq += 1
             touched[run] = None if kind in TERMINAL_KINDS else (entry.i, entry.hash)
             out.append(entry)
-        start = log.enqueue(b"".join(chunks))
+        if write:
+            start, written = log.append_written(b"".join(chunks))
+        else:
+            start, written = log.enqueue(b"".join(chunks)), False
         assert start == base, "journal offsets diverged from the queue"
         self._next_seq = seq
         for _, (digest, at, length) in payload_rows:
@@ -289,7 +307,7 @@ class Writes(MerkleQueries):
                 self._closed_here.add(run)
             else:
                 heads[run] = head
-        return out, log.queued_end, len(pending.entries) >= _INDEX_BATCH
+        return out, offset, len(pending.entries) >= _INDEX_BATCH, written
 
     def _head(self, run: str) -> tuple[int, str] | None:
         """The run's last (index, hash), or None for a new run. Holds ``_lock``.

@@ -330,9 +330,10 @@ class PostgresStore(PostgresLocks):
         future: Awaitable[Entry] = self._queue.submit_async(request, self._clock, single=True)
         return future
 
-    def append_many_async(self, items: Sequence[NewEntry]) -> Awaitable[list[Entry]]:
-        """:meth:`append_many` for a coroutine, like :meth:`append_async`."""
-        request = self._request(items)
+    def append_many_async(self, items: Sequence[NewEntry], *, durable: bool = True) -> Awaitable[list[Entry]]:
+        """:meth:`append_many` for a coroutine, like :meth:`append_async` (``durable=False``
+        resolves once the transaction has committed, without waiting for its flush)."""
+        request = self._request(items, durable=durable)
         if not items:
             return _ready([])
         future: Awaitable[list[Entry]] = self._queue.submit_async(request, self._clock, single=False)
