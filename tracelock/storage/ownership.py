@@ -175,6 +175,14 @@ class RunOwnership(Protocol):
         and return it; None while another lease on the run is live."""
         ...
 
+    def acquire_fresh(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
+        """:meth:`acquire` for a run nobody can contend for yet: ``owner`` just drew its id
+        from a random source and has written nothing of it. The lease is as good as one
+        :meth:`acquire` takes (exclusive, renewed, given back, taken over once expired or
+        its owner dead, fencing), but a backend may keep it more cheaply, since no other
+        caller can ask for the run before its first entry is in the store."""
+        ...
+
     def renew(self, held: Mapping[str, int], lease_ms: int) -> set[str]:
         """Extend the leases ``held`` (run -> token) by ``lease_ms`` from now; returns the
         runs whose lease is no longer this token's (lost)."""

@@ -64,17 +64,22 @@ class RunOwner:
     # -- taking and giving back --------------------------------------------------------
     @contextlib.contextmanager
     def owning(
-        self, run: str, *, wait_s: float | None = None, busy: Busy | None = None
+        self, run: str, *, wait_s: float | None = None, busy: Busy | None = None, fresh: bool = False
     ) -> Iterator[RunLease | None]:
         """Hold ``run``'s lease for the block (None: the caller's adopted lease is used).
         Without ``wait_s``, a live lease held elsewhere raises ``busy(holder)`` (default:
         :class:`RunBusyError`); with it, the lease is polled for until it is free, for at
-        most ``wait_s`` seconds, then ``busy`` is raised."""
+        most ``wait_s`` seconds, then ``busy`` is raised.
+
+        ``fresh``: ``run`` is an id this runtime just drew from a source nobody else draws
+        the same id from (random), and nothing of the run is written yet, so nobody can
+        contend for it: the store may hand out a cheaper lease
+        (:meth:`~tracelock.storage.ownership.RunOwnership.acquire_fresh`)."""
         adopted = _ADOPTED.get()
         if adopted is not None and run in adopted:
             yield None
             return
-        lease = self._take(run, wait_s, busy)
+        lease = self._take(run, wait_s, busy, fresh)
         try:
             yield lease
         except BaseException:
@@ -85,8 +90,13 @@ class RunOwner:
             raise
         self.give_back(lease)
 
-    def _take(self, run: str, wait_s: float | None, busy: Busy | None) -> RunLease:
+    def _take(self, run: str, wait_s: float | None, busy: Busy | None, fresh: bool) -> RunLease:
         ownership = self.store.ownership()
+        if fresh:
+            taken = ownership.acquire_fresh(run, self.owner, self.lease_ms)
+            if taken is not None:
+                self._hold(taken)
+                return taken
         deadline = None if wait_s is None else time.monotonic() + wait_s  # tracelock: allow TL-CLOCK-001 -- bounds a wait for another owner; decides nothing recorded
         pause = _FIRST_PAUSE_S
         while True:

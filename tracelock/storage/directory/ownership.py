@@ -44,6 +44,7 @@ from typing import Any
 from tracelock.errors import StoreError
 from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
 from tracelock.storage.directory.queue import QUEUE_FILE, open_queue_db, renew_leases
+from tracelock.storage.directory.run_slots import SlotLease, SlotReader, SlotTable
 from tracelock.storage.failures import sqlite_error
 from tracelock.storage.ownership import FenceBook, LeaseHolder, Presence, RunLease, lost
 from tracelock.storage.queue_backend import QueueError
@@ -53,7 +54,7 @@ __all__ = ["DirectoryOwnership"]
 _PRESENCE = "runtimes"
 
 #: How many fencing tokens a handle reserves at once.
-_TOKEN_BLOCK = 64
+_TOKEN_BLOCK = 1024
 
 
 class _Fence:
@@ -68,6 +69,10 @@ class _Fence:
         #: The take-over epoch when the tokens below were last found current.
         self._version: int | None = None
         self._current: dict[str, int] = {}
+        #: The runs this handle holds under slot leases, with their tokens.
+        self._slots: dict[str, int] = {}
+        #: The epoch when the voided tokens were last read.
+        self._voids_read: int | None = None
 
     def tokens(self, runs: Iterable[str]) -> dict[str, int]:
         return self.book.wanted(runs)
@@ -77,9 +82,8 @@ class _Fence:
         if not wanted:
             return {}
         with self._lock:
-            if self._epoch is None:
-                self._epoch = LeaseEpoch(self._path.with_name(EPOCH_FILE))
-            version = self._epoch.value()
+            epoch = self._epoch_locked()
+            version = epoch.value()
             if version == self._version:
                 current = self._current
                 for run, token in wanted.items():
@@ -87,22 +91,56 @@ class _Fence:
                         break
                 else:
                     return {}
-            if self._conn is None:
-                self._conn = open_queue_db(self._path, synchronous="NORMAL")
-            conn = self._conn
-            marks = ",".join("?" * len(wanted))
-            rows = conn.execute(f"SELECT run, token FROM leases WHERE run IN ({marks})", list(wanted)).fetchall()
-            found = {str(run): int(token) for run, token in rows}
+            voided = self._voided_locked(epoch, version)
             if version != self._version:
                 self._current.clear()
                 self._version = version
-            for run, token in found.items():
-                self._current[run] = token
-        return {run: lost(run, token, found.get(run)) for run, token in wanted.items() if found.get(run) != token}
+            # A slot lease is current until a take-over voids its token; any other token is
+            # current while its row carries it.
+            rows: dict[str, int] = {}
+            for run, token in wanted.items():
+                if self._slots.get(run) == token and token not in voided:
+                    self._current[run] = token
+                else:
+                    rows[run] = token
+            if not rows:
+                return {}
+            if self._conn is None:
+                self._conn = open_queue_db(self._path, synchronous="NORMAL")
+            marks = ",".join("?" * len(rows))
+            found_rows = self._conn.execute(f"SELECT run, token FROM leases WHERE run IN ({marks})", list(rows)).fetchall()
+            found = {str(run): int(token) for run, token in found_rows}
+            self._current.update(found)
+        return {run: lost(run, token, found.get(run)) for run, token in rows.items() if found.get(run) != token}
+
+    def _epoch_locked(self) -> LeaseEpoch:
+        if self._epoch is None:
+            self._epoch = LeaseEpoch(self._path.with_name(EPOCH_FILE))
+        return self._epoch
+
+    def _voided_locked(self, epoch: LeaseEpoch, version: int) -> set[int]:
+        if version != self._voids_read:
+            epoch.read_voided()
+            self._voids_read = version
+        return epoch.voided
+
+    def voided(self, token: int) -> bool:
+        """Whether a take-over voided the slot lease held with ``token``."""
+        with self._lock:
+            epoch = self._epoch_locked()
+            return token in self._voided_locked(epoch, epoch.value())
+
+    def slot_held(self, run: str, token: int) -> None:
+        """This handle took ``run``'s slot lease with ``token`` (current: nobody could take
+        it over before now, so no epoch is to be checked)."""
+        with self._lock:
+            self._slots[run] = token
+            self._current[run] = token
 
     def forget(self, run: str) -> None:
         """This handle gave ``run``'s lease back: its token is no longer current."""
         with self._lock:
+            self._slots.pop(run, None)
             self._current.pop(run, None)
 
     def close(self) -> None:
@@ -116,27 +154,20 @@ class _Fence:
 
 
 class _FilePresence:
-    """A runtime's mark: an exclusive ``flock`` on its own file, until released."""
+    """A runtime's mark: an exclusive ``flock`` on its own file (its slot table), until
+    released."""
 
-    def __init__(self, token: str, path: Path) -> None:
+    def __init__(self, token: str, table: SlotTable, ownership: DirectoryOwnership) -> None:
         self.token = token
-        self.path = path
-        path.parent.mkdir(exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd: int | None = fd
+        self.table = table
+        self._ownership = ownership
+
+    @property
+    def path(self) -> Path:
+        return self.table.path
 
     def release(self, *, leave_mark: bool = False) -> None:
-        if self._fd is not None:
-            if not leave_mark:
-                with contextlib.suppress(OSError):
-                    self.path.unlink()
-            os.close(self._fd)  # drops the lock
-            self._fd = None
+        self._ownership.let_go(self.table, leave_mark=leave_mark)
 
 
 class DirectoryOwnership:
@@ -154,6 +185,11 @@ class DirectoryOwnership:
         self._closed = False
         #: Tokens this handle reserved and has not used yet (see :meth:`_token`).
         self._tokens: list[int] = []
+        #: The slot tables of the runtimes this handle marked present, by owner name.
+        self._tables: dict[str, SlotTable] = {}
+        #: The runs this handle holds under slot leases: run -> (table, slot, token).
+        self._slotted: dict[str, tuple[SlotTable, int, int]] = {}
+        self._reader = SlotReader(store_dir / _PRESENCE)
         self.fences = FenceBook()
         self.guard = _Fence(self.fences, self._path)
 
@@ -192,34 +228,61 @@ class DirectoryOwnership:
         what = f"the run leases in {self._path} cannot be written ({exc})"
         return sqlite_error(exc, self._path, what) or QueueError(what, details={"path": str(self._path)})
 
-    def _token(self, conn: sqlite3.Connection) -> int:
+    def _token(self) -> int:
         """A fencing token no other lease ever had: drawn from the store's ``token`` counter
         a block at a time (a token is compared only for equality, so a block this handle
         reserved serves its leases in any order). Holds ``_lock``."""
         if not self._tokens:
-            top = int(
-                conn.execute(
-                    "UPDATE counters SET value = value + ? WHERE name = 'token' RETURNING value", (_TOKEN_BLOCK,)
-                ).fetchone()[0]
-            )
+            conn = self._connection()
+            try:
+                top = int(
+                    conn.execute(
+                        "UPDATE counters SET value = value + ? WHERE name = 'token' RETURNING value", (_TOKEN_BLOCK,)
+                    ).fetchone()[0]
+                )
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from None
             self._tokens = list(range(top, top - _TOKEN_BLOCK, -1))
         return self._tokens.pop()
 
-    def acquire(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
-        # Most runs have no lease row at all: one insert, without the writer lock (nobody
-        # appends under a token that was never drawn).
+    def acquire_fresh(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
+        # A slot lease (module docstring, "Slot leases"): a few stores into this runtime's
+        # own mapped file. Without a slot (no mark of this owner on this handle, all slots
+        # taken, a long id), the run gets a row like any other.
         with self._lock:
-            conn = self._connection()
-            try:
-                token = self._token(conn)
+            table = self._tables.get(owner)
+            if table is not None and not self._closed:
+                token = self._token()
                 expires = self._clock() + lease_ms
-                inserted = conn.execute(
-                    "INSERT INTO leases (run, worker, token, expires_ms) VALUES (?, ?, ?, ?) ON CONFLICT (run) DO NOTHING",
-                    (run, owner, token, expires),
-                ).rowcount
-            except sqlite3.Error as exc:
-                raise self._failed(exc) from None
-        taken: RunLease | str | None = RunLease(run, owner, token, expires) if inserted else None
+                slot = table.take(run, token, expires)
+                if slot is not None:
+                    self._slotted[run] = (table, slot, token)
+                    self.guard.slot_held(run, token)
+                    self.fences.hold(run, token)
+                    return RunLease(run, owner, token, expires)
+                self._tokens.append(token)
+        return self.acquire(run, owner, lease_ms)
+
+    def acquire(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
+        # Most runs have no lease at all: one insert, without the writer lock (nobody
+        # appends under a token that was never drawn), once no runtime holds a slot lease
+        # on the run.
+        taken: RunLease | str | None = None
+        with self._lock:
+            if self._reader.find(run) is None:
+                token = self._token()
+                expires = self._clock() + lease_ms
+                try:
+                    inserted = self._connection().execute(
+                        "INSERT INTO leases (run, worker, token, expires_ms) VALUES (?, ?, ?, ?) ON CONFLICT (run) DO NOTHING",
+                        (run, owner, token, expires),
+                    ).rowcount
+                except sqlite3.Error as exc:
+                    raise self._failed(exc) from None
+                if inserted:
+                    taken = RunLease(run, owner, token, expires)
+                else:
+                    self._tokens.append(token)
         if taken is None:
             taken = self._take(run, owner, lease_ms, take_over=False)
         if isinstance(taken, str):  # an expired (or dead) owner's lease: take it over
@@ -245,27 +308,59 @@ class DirectoryOwnership:
                     return None
                 if not take_over:
                     return str(row[1])
-            token = self._token(conn)
+            slot = self._reader.find(run)
+            voided: list[int] = []
+            if slot is not None and not self.guard.voided(slot.token):
+                if self._slot_live(slot, now):
+                    return None
+                if not take_over:
+                    return slot.owner
+                voided.append(slot.token)
+            token = self._token()
             conn.execute(
                 "INSERT INTO leases (run, worker, token, expires_ms) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (run) DO UPDATE SET worker = excluded.worker, token = excluded.token, "
                 "expires_ms = excluded.expires_ms",
                 (run, owner, token, now + lease_ms),
             )
-            if row is not None:
-                bump_epoch(self._dir)  # under the writer lock (take_over): the old token is void
+            if row is not None or voided:
+                # Under the writer lock (take_over): the old token is void.
+                bump_epoch(self._dir, voided)
             return RunLease(run, owner, token, now + lease_ms)
+
+    def _slot_live(self, slot: SlotLease, now: int) -> bool:
+        return slot.expires_ms >= now and not self._dead(slot.owner)
 
     def renew(self, held: Mapping[str, int], lease_ms: int) -> set[str]:
         if not held:
             return set()
-        with self._write() as conn:
-            return renew_leases(conn, held, self._clock() + lease_ms)
+        gone: set[str] = set()
+        rows: dict[str, int] = {}
+        with self._lock:
+            expires = self._clock() + lease_ms
+            for run, token in held.items():
+                slotted = self._slotted.get(run)
+                if slotted is None or slotted[2] != token:
+                    rows[run] = token
+                elif self.guard.voided(token):
+                    gone.add(run)
+                else:
+                    slotted[0].renew(slotted[1], expires)
+        if rows:
+            with self._write() as conn:
+                gone |= renew_leases(conn, rows, expires)
+        return gone
 
     def release(self, run: str, token: int) -> bool:
         self.fences.drop(run, token)
-        self.guard.forget(run)
         with self._lock:
+            slotted = self._slotted.get(run)
+            if slotted is not None and slotted[2] == token:
+                del self._slotted[run]
+                slotted[0].free(slotted[1])
+                self.guard.forget(run)
+                return not self.guard.voided(token)
+            self.guard.forget(run)
             conn = self._connection()
             try:
                 return bool(conn.execute("DELETE FROM leases WHERE run = ? AND token = ?", (run, token)).rowcount)
@@ -273,14 +368,19 @@ class DirectoryOwnership:
                 raise self._failed(exc) from None
 
     def holder(self, run: str) -> LeaseHolder | None:
-        if not self._path.exists():
+        if not self._path.exists() and not (self._dir / _PRESENCE).is_dir():
             return None
         with self._write() as conn:
             row = conn.execute("SELECT worker, token, expires_ms FROM leases WHERE run = ?", (run,)).fetchone()
             now = self._clock()
-        if row is None:
+            slot = self._reader.find(run) if row is None else None
+        if row is not None:
+            live = int(row[2]) >= now and not self._dead(str(row[0]))
+            return LeaseHolder(run, str(row[0]), int(row[1]), int(row[2]), live)
+        if slot is None:
             return None
-        return LeaseHolder(run, str(row[0]), int(row[1]), int(row[2]), int(row[2]) >= now and not self._dead(str(row[0])))
+        live = not self.guard.voided(slot.token) and self._slot_live(slot, now)
+        return LeaseHolder(run, slot.owner, slot.token, slot.expires_ms, live)
 
     def _dead(self, owner: str) -> bool:
         """Whether ``owner`` is a runtime whose presence mark is stale (its process died)."""
@@ -300,7 +400,35 @@ class DirectoryOwnership:
 
     # -- presence ----------------------------------------------------------------------
     def announce(self, token: str, pid: int) -> Presence | None:
-        return _FilePresence(token, self._dir / _PRESENCE / f"{pid}-{token}.lock")
+        table = SlotTable(self._dir / _PRESENCE / f"{pid}-{token}.lock")
+        with self._lock:
+            self._tables[table.owner] = table
+        return _FilePresence(token, table, self)
+
+    def let_go(self, table: SlotTable, *, leave_mark: bool) -> None:
+        """Release a runtime's mark. Its slot leases still held become rows first (with
+        their tokens and expiry: held as before, until they are given back or expire), so
+        that no moment finds them unheld while their runs may still append. Rows that
+        cannot be written leave the mark behind: stale, it proves the leases void."""
+        with self._lock:
+            self._tables.pop(table.owner, None)
+            moving = {run: slotted for run, slotted in self._slotted.items() if slotted[0] is table}
+        if moving:
+            try:
+                with self._write() as conn:
+                    expires = self._clock()
+                    conn.executemany(
+                        "INSERT INTO leases (run, worker, token, expires_ms) VALUES (?, ?, ?, ?) ON CONFLICT (run) DO NOTHING",
+                        [(run, table.owner, token, table.expiry(slot) or expires) for run, (_, slot, token) in moving.items()],
+                    )
+            except StoreError:
+                leave_mark = True
+            else:
+                with self._lock:
+                    for run in moving:
+                        self._slotted.pop(run, None)
+                        self.guard.forget(run)
+        table.close(unlink=not leave_mark)
 
     def others_present(self, mine: Presence | None) -> list[str]:
         folder = self._dir / _PRESENCE
@@ -339,4 +467,5 @@ class DirectoryOwnership:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._reader.close()
         self.guard.close()
