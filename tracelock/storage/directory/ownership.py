@@ -1,33 +1,57 @@
 """Run ownership of the embedded directory store (:mod:`tracelock.storage.ownership`).
 
-The leases are the rows of the ``leases`` table of ``<store>/queue.sqlite``, the run
-queue's own (a worker's lease is the run's lease), with tokens from its ``token`` counter.
+A lease is held in one of two ways:
+
+- **Rows**: the rows of the ``leases`` table of ``<store>/queue.sqlite``, the run queue's own
+  (a worker's lease is the run's lease), with tokens from its ``token`` counter. The lease
+  connection commits with ``synchronous=NORMAL``: a lease matters only while its owner's
+  process lives, and a machine crash ends every owner, so it is not worth a sync (the
+  queue's own rows are written with ``FULL``).
+- **Slot leases**: a run a runtime starts under a fresh random id
+  (:meth:`DirectoryOwnership.acquire_fresh`) is held in a slot of the runtime's own presence
+  file (:mod:`tracelock.storage.directory.run_slots`): a few stores into mapped memory to
+  take it, one to give it back, instead of a SQLite insert and delete (tens of
+  microseconds, most of a run's ownership cost). Nobody can contend for such a run before
+  its first entry is in the journal, and the slot is filled before that entry is written,
+  so whoever learns the run's id from the journal and asks for its lease (``resume``,
+  ``recover``, ``--force`` included, ``approve``, a queue claim) finds the slot: every
+  acquirer looks the run up in the slots of the runtimes present before it inserts a row.
+  A slot lease lasts like a row: until given back, until it expires (the runtime's
+  heartbeat renews it in the slot), or until its owner's mark is stale (the process died).
+  The alternatives measured against it: keeping a row but batching its delete with the
+  next insert still pays one SQLite commit per run; a store-wide mapped table needs a lock
+  (two system calls) per change and the queue's SQL could not see it; taking the row lazily
+  before the run's first write moves the cost without removing it.
+
 Expiry is measured on the machine's wall clock (one machine, one clock; never the store's
-injected entry clock, which a lease must not advance). The lease connection
-commits with ``synchronous=NORMAL``: a lease matters only while its owner's process lives,
-and a machine crash ends every owner, so it is not worth a sync (the queue's own rows are
-written with ``FULL``).
+injected entry clock, which a lease must not advance).
 
-Fencing: the guard (:class:`_Fence`) reads the lease rows under the store's writer lock,
-inside the append (``DirectoryStore.append_guard``). A take-over of an expired lease
-changes the token while holding that same writer lock (``flock`` on ``<store>/lock``), so
-an append either finished before the take-over (and the new holder reads it in the
-journal) or comes after it and is refused. A lease taken where there was none needs no
-lock: nobody appends under a token that was never drawn.
+Fencing: the guard (:class:`_Fence`) checks the handle's tokens under the store's writer
+lock, inside the append (``DirectoryStore.append_guard``). A take-over of an expired or
+dead owner's lease (row or slot) happens under that same writer lock (``flock`` on
+``<store>/lock``) and writes the new holder's row, so an append either finished before the
+take-over (and the new holder reads it in the journal) or comes after it and is refused. A
+lease taken where there was none needs no lock: nobody appends under a token that was never
+drawn.
 
-The fence reads the lease rows only when the **take-over epoch** moved since it last found
-the handle's tokens current: an 8-byte counter in ``<store>/leases.epoch``, mapped into
-memory, that every take-over (and a queue worker's hand-back) increments under the writer
-lock before it lets go. Nothing else can void a live token (only its owner gives a lease
-back), so an unchanged epoch proves the handle's tokens current, and an append pays a read
-of mapped memory instead of a query.
+The fence reads anything only when the **take-over epoch** moved since it last found the
+handle's tokens current: an 8-byte counter in ``<store>/leases.epoch``, mapped into memory,
+that every take-over (and a queue worker's hand-back) increments under the writer lock
+before it lets go. Nothing else can void a live token (only its owner gives a lease back),
+so an unchanged epoch proves the handle's tokens current, and an append pays a read of
+mapped memory. When it moved, a row lease is current while its row carries its token; a
+slot lease while its token is not among the **voided tokens** a take-over of a slot lease
+writes after the epoch (:mod:`tracelock.storage.directory.lease_epoch`): the taken run's
+slot is its old owner's to write, so the take-over records the void where that owner's
+fence reads it.
 
-Presence: a file ``runtimes/<pid>-<token>.lock`` with an exclusive ``flock`` held on it
-(the kernel drops the lock when the process dies; a mark whose lock can be taken is stale).
-A runtime's leases name it by that same ``<pid>-<token>``, so a lease whose owner's mark is
-stale is void at once: its process is dead, whatever the lease's expiry says (a mark that is
-missing proves nothing, and the lease then lasts until it expires). A stale mark is removed
-once no lease names its owner.
+Presence: the runtime's file ``runtimes/<pid>-<token>.lock`` with an exclusive ``flock``
+held on it (the kernel drops the lock when the process dies; a mark whose lock can be taken
+is stale); the same file holds its slots. A runtime's leases name it by that same
+``<pid>-<token>``, so a lease whose owner's mark is stale is void at once: its process is
+dead, whatever the lease's expiry says (a mark that is missing proves nothing, and the
+lease then lasts until it expires). A runtime that lets go of its mark while it still holds
+slot leases turns them into rows first. A stale mark is removed once no row names its owner.
 """
 
 from __future__ import annotations
@@ -44,7 +68,7 @@ from typing import Any
 from tracelock.errors import StoreError
 from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
 from tracelock.storage.directory.queue import QUEUE_FILE, open_queue_db, renew_leases
-from tracelock.storage.directory.run_slots import SlotLease, SlotReader, SlotTable
+from tracelock.storage.directory.run_slots import SlotLease, SlotReader, SlotTable, mark_is_stale
 from tracelock.storage.failures import sqlite_error
 from tracelock.storage.ownership import FenceBook, LeaseHolder, Presence, RunLease, lost
 from tracelock.storage.queue_backend import QueueError
@@ -384,19 +408,7 @@ class DirectoryOwnership:
 
     def _dead(self, owner: str) -> bool:
         """Whether ``owner`` is a runtime whose presence mark is stale (its process died)."""
-        if "/" in owner or owner.startswith("."):
-            return False
-        try:
-            fd = os.open(self._dir / _PRESENCE / f"{owner}.lock", os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return False  # no mark: nothing is proven, the lease lasts until it expires
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)  # also lets go of the lock, if it was taken
-        return True
+        return mark_is_stale(self._dir / _PRESENCE, owner)
 
     # -- presence ----------------------------------------------------------------------
     def announce(self, token: str, pid: int) -> Presence | None:
@@ -422,7 +434,11 @@ class DirectoryOwnership:
                         [(run, table.owner, token, table.expiry(slot) or expires) for run, (_, slot, token) in moving.items()],
                     )
             except StoreError:
+                # The mark stays behind, stale: it proves these leases void, so this
+                # handle refuses their appends from now on.
                 leave_mark = True
+                for run, (_, _, token) in moving.items():
+                    self.fences.void(run, token)
             else:
                 with self._lock:
                     for run in moving:

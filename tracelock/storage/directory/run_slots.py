@@ -26,7 +26,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MAX_RUN_ID", "SlotLease", "SlotReader", "SlotTable"]
+from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch
+
+__all__ = ["MAX_RUN_ID", "SlotLease", "SlotReader", "SlotTable", "mark_is_stale"]
 
 MAGIC = b"TLRUNS01"
 _HEADER = 64
@@ -121,6 +123,24 @@ class SlotTable:
             self._fd = None
 
 
+def mark_is_stale(folder: Path, owner: str) -> bool:
+    """Whether ``owner``'s presence mark in ``folder`` is stale: its lock can be taken, so
+    its process died (or let go of it). A missing mark proves nothing (False)."""
+    if "/" in owner or owner.startswith("."):
+        return False
+    try:
+        fd = os.open(folder / f"{owner}.lock", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # also lets go of the lock, if it was taken
+    return True
+
+
 class SlotReader:
     """Finds runs in the slots of every runtime present on a store (the reader side):
     each presence file is mapped once, read-only, while it exists."""
@@ -128,6 +148,17 @@ class SlotReader:
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._maps: dict[str, mmap.mmap] = {}
+        self._epoch: LeaseEpoch | None = None
+
+    def held(self, run: str) -> bool:
+        """Whether a runtime holds ``run`` under a slot lease that no take-over voided and
+        whose owner lives (expired or not: only the store's ownership takes one over)."""
+        found = self.find(run)
+        if found is None or mark_is_stale(self._folder, found.owner):
+            return False
+        if self._epoch is None:
+            self._epoch = LeaseEpoch(self._folder.parent / EPOCH_FILE)
+        return found.token not in self._epoch.read_voided()
 
     def find(self, run: str) -> SlotLease | None:
         """The slot lease some runtime holds on ``run`` (None: none). Lists the folder
@@ -175,6 +206,9 @@ class SlotReader:
         for mapped in self._maps.values():
             mapped.close()
         self._maps.clear()
+        if self._epoch is not None:
+            self._epoch.close()
+            self._epoch = None
 
 
 def _search(mapped: mmap.mmap, needle: bytes) -> tuple[int, int] | None:
