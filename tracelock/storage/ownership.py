@@ -26,7 +26,11 @@ The run queue's leases are these same rows (``tracelock.storage.queue_backend``)
 that takes a queued run holds the run's lease. Each backend keeps them (the directory
 store: the ``leases`` table of ``<store>/queue.sqlite``, expiry on the store's clock;
 PostgreSQL: ``tracelock_queue_leases``, expiry on the server's clock) and implements
-:class:`RunOwnership`; a store hands out its own through ``Store.ownership()``.
+:class:`RunOwnership`; a store hands out its own through ``Store.ownership()``. A run
+started under a fresh random id cannot be contended before its first entry is written, so
+its lease may be kept more cheaply (:meth:`RunOwnership.acquire_fresh`; the directory store
+keeps it in its runtime's mapped presence file, without a row), as long as every other
+caller still finds it.
 
 Presence (:class:`Presence`) is the coarser mark a runtime keeps on a store for its whole
 life: ``recover`` without ``--force`` leaves ``running`` runs alone while another runtime is
@@ -121,6 +125,10 @@ class FenceBook:
         with self._lock:
             if self._tokens.get(run) == token:
                 self._tokens[run] = -1
+
+    def token(self, run: str) -> int | None:
+        """The token ``run`` is held with (None: not held); one look, without the lock."""
+        return self._tokens.get(run)
 
     def wanted(self, runs: Iterable[str]) -> dict[str, int]:
         """The tokens of those of ``runs`` this handle holds under a lease."""

@@ -102,19 +102,26 @@ class _Fence:
         return self.book.wanted(runs)
 
     def refused(self, cursor: Any, runs: Sequence[str]) -> dict[str, StoreError]:
-        wanted = self.book.wanted(runs)
+        # The usual answer without a lock or a dict: the epoch has not moved since every
+        # token asked about was found current. Single looks at dicts are atomic; the store
+        # calls this under its writer lock, which every take-over needs, so the epoch cannot
+        # move meanwhile, and a token leaves _current only when its lease is given back.
+        book = self.book
+        epoch = self._epoch
+        if epoch is not None and epoch.value() == self._version:
+            current = self._current
+            for run in runs:
+                token = book.token(run)
+                if token is not None and current.get(run) != token:
+                    break
+            else:
+                return {}
+        wanted = book.wanted(runs)
         if not wanted:
             return {}
         with self._lock:
             epoch = self._epoch_locked()
             version = epoch.value()
-            if version == self._version:
-                current = self._current
-                for run, token in wanted.items():
-                    if current.get(run) != token:
-                        break
-                else:
-                    return {}
             voided = self._voided_locked(epoch, version)
             if version != self._version:
                 self._current.clear()
