@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from tracelock.errors import StoreError
 
@@ -78,9 +78,9 @@ def lost(run: str, token: int, found: int | None) -> LeaseLostError:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RunLease:
-    """A lease this caller holds on a run."""
+class RunLease(NamedTuple):
+    """A lease this caller holds on a run (a named tuple: immutable, and taken for every
+    run, several times cheaper to make than a frozen dataclass)."""
 
     run: str
     owner: str

@@ -174,6 +174,14 @@ class _Fence:
             self._slots.pop(run, None)
             self._current.pop(run, None)
 
+    def slot_given_back(self, run: str, token: int) -> bool:
+        """:meth:`forget` for a slot lease; False when a take-over had voided it."""
+        with self._lock:
+            self._slots.pop(run, None)
+            self._current.pop(run, None)
+            epoch = self._epoch_locked()
+            return token not in self._voided_locked(epoch, epoch.value())
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
@@ -389,8 +397,7 @@ class DirectoryOwnership:
             if slotted is not None and slotted[2] == token:
                 del self._slotted[run]
                 slotted[0].free(slotted[1])
-                self.guard.forget(run)
-                return not self.guard.voided(token)
+                return self.guard.slot_given_back(run, token)
             self.guard.forget(run)
             conn = self._connection()
             try:
