@@ -15,7 +15,9 @@ A lease is held in one of two ways:
   its first entry is in the journal, and the slot is filled before that entry is written,
   so whoever learns the run's id from the journal and asks for its lease (``resume``,
   ``recover``, ``--force`` included, ``approve``, a queue claim) finds the slot: every
-  acquirer looks the run up in the slots of the runtimes present before it inserts a row.
+  acquirer looks the run up in the slots of the runtimes present before it inserts a row
+  (only for ids a slot may hold: those starting ``run-``, as the random ones do, so a run
+  under an idempotency key's ``idem-`` id pays no look).
   A slot lease lasts like a row: until given back, until it expires (the runtime's
   heartbeat renews it in the slot), or until its owner's mark is stale (the process died).
   The alternatives measured against it: keeping a row but batching its delete with the
@@ -68,14 +70,20 @@ from typing import Any
 from tracelock.errors import StoreError
 from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch, bump_epoch
 from tracelock.storage.directory.queue import QUEUE_FILE, open_queue_db, renew_leases
-from tracelock.storage.directory.run_slots import SlotLease, SlotReader, SlotTable, mark_is_stale
+from tracelock.storage.directory.run_slots import (
+    PRESENCE_FOLDER,
+    SlotLease,
+    SlotReader,
+    SlotTable,
+    mark_is_stale,
+)
 from tracelock.storage.failures import sqlite_error
 from tracelock.storage.ownership import FenceBook, LeaseHolder, Presence, RunLease, lost
 from tracelock.storage.queue_backend import QueueError
 
 __all__ = ["DirectoryOwnership"]
 
-_PRESENCE = "runtimes"
+_PRESENCE = PRESENCE_FOLDER
 
 #: How many fencing tokens a handle reserves at once.
 _TOKEN_BLOCK = 1024
@@ -287,7 +295,7 @@ class DirectoryOwnership:
     def acquire_fresh(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
         # A slot lease (module docstring, "Slot leases"): a few stores into this runtime's
         # own mapped file. Without a slot (no mark of this owner on this handle, all slots
-        # taken, a long id), the run gets a row like any other.
+        # taken, a long id or one without the slot prefix), the run gets a row like any other.
         with self._lock:
             table = self._tables.get(owner)
             if table is not None and not self._closed:

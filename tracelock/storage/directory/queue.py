@@ -26,7 +26,7 @@ from typing import Any
 
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.directory.lease_epoch import bump_epoch
-from tracelock.storage.directory.run_slots import SlotReader
+from tracelock.storage.directory.run_slots import PRESENCE_FOLDER, SlotReader
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.failures import sqlite_error
 from tracelock.storage.queue_backend import (
@@ -183,7 +183,7 @@ class DirectoryQueue:
         self.fences = fences
         #: The slot leases of the runtimes present (runs they started under fresh ids, held
         #: without a row here): a claim never takes a run one of them holds.
-        self._slots = SlotReader(self._dir / "runtimes")
+        self._slots = SlotReader(self._dir / PRESENCE_FOLDER)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

@@ -28,7 +28,10 @@ from pathlib import Path
 
 from tracelock.storage.directory.lease_epoch import EPOCH_FILE, LeaseEpoch
 
-__all__ = ["MAX_RUN_ID", "SlotLease", "SlotReader", "SlotTable", "mark_is_stale"]
+__all__ = ["MAX_RUN_ID", "PRESENCE_FOLDER", "SLOT_PREFIX", "SlotLease", "SlotReader", "SlotTable", "mark_is_stale"]
+
+#: The folder of the presence files, in the store's directory.
+PRESENCE_FOLDER = "runtimes"
 
 MAGIC = b"TLRUNS01"
 _HEADER = 64
@@ -39,6 +42,9 @@ _SIZE = _HEADER + SLOTS * _SLOT
 _ID = 16  # where the run id starts in a slot
 #: The longest run id a slot holds (a NUL always follows it).
 MAX_RUN_ID = _SLOT - _ID - 1
+#: Slots hold only run ids that start so (the runtime's random ids do; idempotency keys'
+#: ``idem-`` ids never): a caller asking for any other run skips the look into the slots.
+SLOT_PREFIX = "run-"
 _WORD = struct.Struct("q")  # native: one aligned 8-byte store and load
 _USED = 16  # header word: how many slots were ever used (readers search those)
 
@@ -78,9 +84,9 @@ class SlotTable:
 
     def take(self, run: str, token: int, expires_ms: int) -> int | None:
         """Fill a free slot with ``run``'s lease; its index, or None (no free slot, an id
-        too long for a slot, the mark released)."""
+        too long for a slot or without ``SLOT_PREFIX``, the mark released)."""
         name = run.encode()
-        if self._fd is None or len(name) > MAX_RUN_ID:
+        if self._fd is None or len(name) > MAX_RUN_ID or not run.startswith(SLOT_PREFIX):
             return None
         if self._free:
             index = self._free.pop()
@@ -164,13 +170,13 @@ class SlotReader:
         """The slot lease some runtime holds on ``run`` (None: none). Lists the folder
         each time: a runtime that started since the last call is seen."""
         name = run.encode()
-        if len(name) > MAX_RUN_ID:
+        if len(name) > MAX_RUN_ID or not run.startswith(SLOT_PREFIX):
             return None
         try:
             present = {entry for entry in os.listdir(self._folder) if entry.endswith(".lock")}
         except FileNotFoundError:
             present = set()
-        for gone in set(self._maps) - present:
+        for gone in sorted(set(self._maps) - present):
             self._maps.pop(gone).close()
         needle = name + b"\0"
         for entry in sorted(present):
