@@ -448,7 +448,9 @@ class Engine:
         # The default source writes "run-" and hex digits: a valid id, never the admin run.
         if self._ids is not _default_ids and (not valid_run_id(run_id) or run_id == ADMIN_RUN):
             raise AgentDefinitionError(f"invalid run id {run_id!r}")
-        with self.owner.owning(run_id, busy=_starting_elsewhere):
+        # An id of the default (random) source is fresh: nobody else can ask for the run
+        # before its start is written, so its lease is the cheap one.
+        with self.owner.owning(run_id, busy=_starting_elsewhere, fresh=self._ids is _default_ids):
             return self._start(func, name, input, run_id, seed, tenant, _annotations, input_hash)
 
     async def arun(

@@ -24,6 +24,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import TracebackType
 
 from tracelock.runtime import bridge
 from tracelock.runtime.errors import RunBusyError
@@ -62,31 +63,27 @@ class RunOwner:
         self.stranded: set[str] = set()
 
     # -- taking and giving back --------------------------------------------------------
-    @contextlib.contextmanager
     def owning(
-        self, run: str, *, wait_s: float | None = None, busy: Busy | None = None
-    ) -> Iterator[RunLease | None]:
+        self, run: str, *, wait_s: float | None = None, busy: Busy | None = None, fresh: bool = False
+    ) -> contextlib.AbstractContextManager[RunLease | None]:
         """Hold ``run``'s lease for the block (None: the caller's adopted lease is used).
         Without ``wait_s``, a live lease held elsewhere raises ``busy(holder)`` (default:
         :class:`RunBusyError`); with it, the lease is polled for until it is free, for at
-        most ``wait_s`` seconds, then ``busy`` is raised."""
-        adopted = _ADOPTED.get()
-        if adopted is not None and run in adopted:
-            yield None
-            return
-        lease = self._take(run, wait_s, busy)
-        try:
-            yield lease
-        except BaseException:
-            # The run's own failure is the caller's answer; a lease the store cannot take
-            # back now (a full disk) is left to the proof that its owner is gone.
-            with contextlib.suppress(Exception):
-                self.give_back(lease)
-            raise
-        self.give_back(lease)
+        most ``wait_s`` seconds, then ``busy`` is raised.
 
-    def _take(self, run: str, wait_s: float | None, busy: Busy | None) -> RunLease:
+        ``fresh``: ``run`` is an id this runtime just drew from a source nobody else draws
+        the same id from (random), and nothing of the run is written yet, so nobody can
+        contend for it: the store may hand out a cheaper lease
+        (:meth:`~tracelock.storage.ownership.RunOwnership.acquire_fresh`)."""
+        return _Owning(self, run, wait_s, busy, fresh)
+
+    def _take(self, run: str, wait_s: float | None, busy: Busy | None, fresh: bool) -> RunLease:
         ownership = self.store.ownership()
+        if fresh:
+            taken = ownership.acquire_fresh(run, self.owner, self.lease_ms)
+            if taken is not None:
+                self._hold(taken)
+                return taken
         deadline = None if wait_s is None else time.monotonic() + wait_s  # tracelock: allow TL-CLOCK-001 -- bounds a wait for another owner; decides nothing recorded
         pause = _FIRST_PAUSE_S
         while True:
@@ -105,18 +102,18 @@ class RunOwner:
     def _hold(self, lease: RunLease) -> None:
         with self._lock:
             self._held[lease.run] = lease.token
-            if self._beat is None or not self._beat.is_alive():
+            if self._beat is None:  # the heartbeat thread clears it whenever it ends
                 self._beat = threading.Thread(target=self._heartbeats, name="tracelock-lease", daemon=True)
                 self._beat.start()
 
     def give_back(self, lease: RunLease) -> None:
+        run = lease.run
         with self._lock:
-            if self._held.get(lease.run) == lease.token:
-                del self._held[lease.run]
-            self.stranded.add(lease.run)
-        self.store.ownership().release(lease.run, lease.token)
-        with self._lock:
-            self.stranded.discard(lease.run)
+            if self._held.get(run) == lease.token:
+                del self._held[run]
+            self.stranded.add(run)
+        self.store.ownership().release(run, lease.token)
+        self.stranded.discard(run)  # one set operation: atomic
 
     @staticmethod
     @contextlib.contextmanager
@@ -132,6 +129,14 @@ class RunOwner:
 
     # -- the heartbeat -----------------------------------------------------------------
     def _heartbeats(self) -> None:
+        try:
+            self._beat_until_idle()
+        finally:
+            with self._lock:
+                if self._beat is threading.current_thread():
+                    self._beat = None
+
+    def _beat_until_idle(self) -> None:
         interval = self.lease_ms / 3000
         while not self._wake.wait(interval):
             with self._lock:
@@ -148,11 +153,43 @@ class RunOwner:
                 # Refuse the run's next append in this process at once (the store's own
                 # check would refuse it too, one query later).
                 ownership.fences.void(run, held[run])
-        with self._lock:
-            self._beat = None
 
     def close(self) -> None:
         self._wake.set()
+
+
+class _Owning:
+    """The block :meth:`RunOwner.owning` returns (a class: a generator-based context
+    manager costs more than the lease it holds)."""
+
+    __slots__ = ("_busy", "_fresh", "_lease", "_owner", "_run", "_wait_s")
+
+    def __init__(self, owner: RunOwner, run: str, wait_s: float | None, busy: Busy | None, fresh: bool) -> None:
+        self._owner = owner
+        self._run = run
+        self._wait_s = wait_s
+        self._busy = busy
+        self._fresh = fresh
+        self._lease: RunLease | None = None
+
+    def __enter__(self) -> RunLease | None:
+        adopted = _ADOPTED.get()
+        if adopted is not None and self._run in adopted:
+            return None
+        self._lease = self._owner._take(self._run, self._wait_s, self._busy, self._fresh)
+        return self._lease
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        lease, self._lease = self._lease, None
+        if lease is None:
+            return
+        if kind is None:
+            self._owner.give_back(lease)
+            return
+        # The run's own failure is the caller's answer; a lease the store cannot take back
+        # now (a full disk) is left to the proof that its owner is gone.
+        with contextlib.suppress(Exception):
+            self._owner.give_back(lease)
 
 
 def busy_error(run: str, holder: LeaseHolder | None) -> RunBusyError:

@@ -26,6 +26,7 @@ from typing import Any
 
 from tracelock.storage.defaults import wall_clock_ms
 from tracelock.storage.directory.lease_epoch import bump_epoch
+from tracelock.storage.directory.run_slots import PRESENCE_FOLDER, SlotReader
 from tracelock.storage.errors import StoreSchemaTooNewError
 from tracelock.storage.failures import sqlite_error
 from tracelock.storage.queue_backend import (
@@ -180,6 +181,9 @@ class DirectoryQueue:
         self._conn = open_queue_db(self._path)
         self._seen_version = self._data_version()
         self.fences = fences
+        #: The slot leases of the runtimes present (runs they started under fresh ids, held
+        #: without a row here): a claim never takes a run one of them holds.
+        self._slots = SlotReader(self._dir / PRESENCE_FOLDER)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -303,6 +307,8 @@ class DirectoryQueue:
                         (queue, room),
                     ).fetchall()
                 for (run,) in rows:
+                    if self._slots.held(run):
+                        continue
                     token = self._counter(conn, "token")
                     conn.execute("UPDATE runs SET state = 'leased', attempts = attempts + 1 WHERE run = ?", (run,))
                     conn.execute(
@@ -429,3 +435,4 @@ class DirectoryQueue:
                 return
             self._closed = True
             self._conn.close()
+            self._slots.close()

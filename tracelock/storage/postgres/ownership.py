@@ -157,6 +157,9 @@ class PostgresOwnership:
         message = scrub(str(exc).strip() or type(exc).__name__, self._url)
         return QueueError(f"{doing} {self._shown}: {message}", details={"store": self._shown})
 
+    def acquire_fresh(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
+        return self.acquire(run, owner, lease_ms)  # a row, as any run's
+
     def acquire(self, run: str, owner: str, lease_ms: int) -> RunLease | None:
         def work(conn: Any) -> tuple[Any, ...] | None:
             row: tuple[Any, ...] | None = conn.execute(
