@@ -211,6 +211,7 @@ class DirectoryStore(Writes):
                 raw = self._file if self._sealed is None else self._sealed.file
                 self._log = GroupCommitLog(raw, end, mark=self._record_mark(end))
                 self._log.after_commit = self._release_if_idle
+                self._log.before_sync = self._release_before_sync
                 if seal_bytes is not None and self._sealed is not None:
                     self._seal_at = self._sealed.sealed_end + seal_bytes
             if self._held and not self._hold_for_life:

@@ -139,8 +139,7 @@ class TailJudge(JournalLookup):
                 self._mark = SyncedMark.open(self._files, self._path, write=True)
                 assert self._mark is not None
             else:
-                self._mark.record(end)
-                self._mark.record(end)
+                self._mark.reset(end)
                 self._mark.sync()
         return self._mark
 
