@@ -26,13 +26,15 @@ from tracelock.storage.verify import verify_store
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: A second process: opens the store, appends one durable entry to a new run, closes.
+#: A second process: opens the store, writes one entry of a new run (not synced: its sync
+#: would wait for the one under way, the sync lock's order), then ends at once.
 _OTHER_WRITER = """
-import sys
+import os, sys
 from tracelock.storage.directory import DirectoryStore
-with DirectoryStore(sys.argv[1]) as store:
-    entry = store.append("other", "run.start", payload={"by": "another process"}, new_run=True)
-    print(entry.seq, entry.hash)
+store = DirectoryStore(sys.argv[1])
+entry = store.append("other", "run.start", payload={"by": "another process"}, new_run=True, durable=False)
+print(entry.seq, entry.hash, flush=True)
+os._exit(0)
 """
 
 

@@ -35,10 +35,13 @@ class CatchUp(TailJudge):
         assert log is not None
         start = log.written_end
         probe = self._file.pread(1, start)
-        if probe == NUL:
-            return  # free space: nobody wrote since
-        if not probe:
-            log.reallocated()  # the file ends here: another handle cut the free space
+        if probe == NUL or not probe:
+            if not probe:
+                log.reallocated()  # the file ends here: another handle cut the free space
+            # Free space (or the end of the file): nobody wrote since, whatever a write
+            # that died before its first byte left in the shared counters.
+            if self._mark is not None and self._mark.shared is not None:
+                self._mark.shared.reset(start)
             return
         synced = self._mark.read() if self._mark is not None else None
         size = self._data_end_after(start)
@@ -74,6 +77,9 @@ class CatchUp(TailJudge):
         # A repair synced the cut; otherwise the mark says what the others synced.
         durable = end if len(self._repairs) > repaired else min(synced or 0, end)
         log.rebase(end, durable)
+        shared = self._mark.shared if self._mark is not None else None
+        if shared is not None:
+            shared.reset(end)  # a cut tail, or a write that died before its end was noted
 
     def _data_end_after(self, start: int) -> int:
         """Where the data other processes appended after ``start`` ends: the first NUL byte

@@ -202,6 +202,7 @@ class GroupCommitLog:
     ) -> None:
         self._file = file
         self._mark = mark
+        self._shared = mark.shared if mark is not None else None
         self._mutex = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -225,6 +226,9 @@ class GroupCommitLog:
         #: Called (no lock held) before each sync: the store lets go of its writer lock
         #: there when everything queued is written (:meth:`placed`).
         self.before_sync: Callable[[], None] | None = None
+        #: Set by the store when it took the writer lock: whether another process had
+        #: written since this handle's previous write (syncs then go through the sync lock).
+        self.others_active = False
         #: Called (no lock held) after :meth:`_commit_for` settled its waiters.
         self.after_commit: Callable[[], None] | None = None
 
@@ -517,28 +521,61 @@ class GroupCommitLog:
         a mark at or past ``covered`` (it did so only after such a sync returned), the whole
         prefix up to ``covered`` is durable. Whoever acknowledges an entry has made the
         journal durable up to it, never only its own bytes: entries become durable in
-        journal order whichever process syncs."""
+        journal order whichever process syncs.
+
+        While other processes write too, syncs take the sync lock (``shared_end``) one at
+        a time: the next in line reads the mark and is done when the sync before covered
+        its bytes; otherwise it syncs for every byte written so far, so that the processes
+        queued behind it share that one sync."""
         hook = self.before_sync
         if hook is not None:
             hook()
         mark = self._mark
-        if mark is not None:
-            synced = mark.read()
-            if synced is not None and synced >= covered:
-                self.shared_syncs += 1
-                return
-        self._file.fdatasync()
-        self.syncs += 1
-        # Recorded only once the sync returned, so the mark never claims unsynced bytes;
-        # it is not synced itself (that would double the cost of a durable append).
-        if mark is not None:
+        if mark is None:
+            self._file.fdatasync()
+            self.syncs += 1
+            return
+        if self._covered(mark, covered):
+            return
+        shared = self._shared
+        if shared is None or (not self.others_active and shared.written == covered):
+            # Nobody else appends (no other process wrote before or after this handle's
+            # last bytes): no one to share a sync with, and none to wait for.
+            self._file.fdatasync()
+            self.syncs += 1
             mark.advance(covered)
+            return
+        # One process syncs at a time; the next one in line finds out whether that sync
+        # covered its bytes, and otherwise syncs for everyone written so far.
+        shared.lock_sync()
+        try:
+            if self._covered(mark, covered):
+                return
+            target = max(covered, shared.written)
+            self._file.fdatasync()
+            self.syncs += 1
+            # Recorded only once the sync returned, so the mark never claims unsynced
+            # bytes; it is not synced itself (that would double the cost of a durable append).
+            mark.advance(target)
+        finally:
+            shared.unlock_sync()
+
+    def _covered(self, mark: SyncedMark, covered: int) -> bool:
+        synced = mark.read()
+        if synced is not None and synced >= covered:
+            self.shared_syncs += 1
+            return True
+        return False
 
     def _write_at(self, data: bytes, offset: int) -> None:
         """Write ``data`` at ``offset`` (only the leader, or ``flush`` under the mutex)."""
         size = len(data)
-        if offset + size > self._allocated:
-            self._grow(offset + size)
+        end = offset + size
+        shared = self._shared
+        if shared is not None:
+            shared.reserve(end)
+        if end > self._allocated:
+            self._grow(end)
         pwrite = self._file.pwrite
         # Almost always one call writes it all: the view and its slicing only for the rest.
         written = pwrite(data, offset)
@@ -549,6 +586,8 @@ class GroupCommitLog:
                 written = pwrite(view, offset)
                 view = view[written:]
                 offset += written
+        if shared is not None:
+            shared.complete(end)
 
     def _grow(self, needed: int) -> None:
         """Extend the free space past ``needed``: by the file's size (doubling), within

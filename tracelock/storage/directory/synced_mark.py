@@ -27,6 +27,7 @@ import struct
 from pathlib import Path
 
 from tracelock.storage.directory.fileio import FileIO, JournalFile, OSFile
+from tracelock.storage.directory.shared_end import SharedEnd
 
 __all__ = ["MARK_FILE", "SyncedMark", "encode_mark"]
 
@@ -60,11 +61,13 @@ def _slots(data: bytes | mmap.mmap) -> tuple[int | None, int | None]:
 class SyncedMark:
     """An open ``journal.synced``."""
 
-    __slots__ = ("_file", "_map")
+    __slots__ = ("_file", "_map", "shared")
 
     def __init__(self, file: JournalFile) -> None:
         self._file = file
         self._map: mmap.mmap | None = None
+        #: A writer's shared counters and sync lock (``shared_end``), set at open.
+        self.shared: SharedEnd | None = None
         if isinstance(file, OSFile):
             # A file shorter than its two slots (damaged) is read through pread.
             with contextlib.suppress(OSError, ValueError):
@@ -111,6 +114,9 @@ class SyncedMark:
         self._file.fdatasync()
 
     def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
         if self._map is not None:
             self._map.close()
             self._map = None

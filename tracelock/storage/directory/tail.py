@@ -11,6 +11,7 @@ from tracelock.storage.backend import Repair
 from tracelock.storage.directory.files import write_durably
 from tracelock.storage.directory.journal import ENTRY, PAYLOAD, REDACTED, Record, scan_records
 from tracelock.storage.directory.lookup import JournalLookup
+from tracelock.storage.directory.shared_end import SharedEnd
 from tracelock.storage.directory.state import NUL
 from tracelock.storage.directory.synced_mark import MARK_FILE, SyncedMark, encode_mark
 from tracelock.storage.errors import JournalCorruptError
@@ -130,7 +131,8 @@ class TailJudge(JournalLookup):
 
     def _record_mark(self, end: int) -> SyncedMark:
         """Make the journal durable up to ``end`` and record that in the mark (at open, so
-        that the mark is exact from the start; created if the store had none)."""
+        that the mark is exact from the start; created if the store had none), and set the
+        writers' shared counters to ``end`` (``shared_end``). A writer, under the lock."""
         synced = self._mark.read() if self._mark is not None else None
         if synced != end or self._mark is None:
             self._file.fdatasync()  # what a killed writer left in the page cache, too
@@ -141,6 +143,9 @@ class TailJudge(JournalLookup):
             else:
                 self._mark.reset(end)
                 self._mark.sync()
+        if self._mark.shared is None:
+            self._mark.shared = SharedEnd(self._path)
+        self._mark.shared.reset(end)
         return self._mark
 
     def _check_record(self, record: Record, checker: ChainChecker, known: set[bytes]) -> str | None:
