@@ -35,13 +35,10 @@ class CatchUp(TailJudge):
         assert log is not None
         start = log.written_end
         probe = self._file.pread(1, start)
-        if probe == NUL or not probe:
-            if not probe:
-                log.reallocated()  # the file ends here: another handle cut the free space
-            # Free space (or the end of the file): nobody wrote since, whatever a write
-            # that died before its first byte left in the shared counters.
-            if self._mark is not None and self._mark.shared is not None:
-                self._mark.shared.reset(start)
+        if probe == NUL:
+            return  # free space: nobody wrote since
+        if not probe:
+            log.reallocated()  # the file ends here: another handle cut the free space
             return
         synced = self._mark.read() if self._mark is not None else None
         size = self._data_end_after(start)
@@ -79,7 +76,7 @@ class CatchUp(TailJudge):
         log.rebase(end, durable)
         shared = self._mark.shared if self._mark is not None else None
         if shared is not None:
-            shared.reset(end)  # a cut tail, or a write that died before its end was noted
+            shared.reset(end)  # a cut tail, or another tracelock's appends
 
     def _data_end_after(self, start: int) -> int:
         """Where the data other processes appended after ``start`` ends: the first NUL byte

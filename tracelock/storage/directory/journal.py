@@ -227,7 +227,8 @@ class GroupCommitLog:
         #: there when everything queued is written (:meth:`placed`).
         self.before_sync: Callable[[], None] | None = None
         #: Set by the store when it took the writer lock: whether another process had
-        #: written since this handle's previous write (syncs then go through the sync lock).
+        #: written since this handle's previous write (its syncs then go through the sync
+        #: lock, to share them).
         self.others_active = False
         #: Called (no lock held) after :meth:`_commit_for` settled its waiters.
         self.after_commit: Callable[[], None] | None = None
@@ -572,8 +573,6 @@ class GroupCommitLog:
         size = len(data)
         end = offset + size
         shared = self._shared
-        if shared is not None:
-            shared.reserve(end)
         if end > self._allocated:
             self._grow(end)
         pwrite = self._file.pwrite

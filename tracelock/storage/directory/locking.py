@@ -115,15 +115,12 @@ class WriterLock(CatchUp):
             mark = self._mark
             shared = mark.shared if mark is not None else None
             if log is not None and shared is not None:
-                quiet = shared.quiet(log.written_end)
-                log.others_active = not quiet
-                if quiet:
-                    # The counters every writer keeps in shared memory say that nobody
-                    # wrote since this handle's last write, and that no write was cut short.
-                    return
-            # Otherwise the journal says, read where this handle's data ends: free space
-            # there means nobody wrote since its last commit. With segments, the byte is
-            # read from the file itself only past the segments this handle knows (a segment known to cover it
+                # Other processes are writing (the counter they share moved past this
+                # handle's end): its syncs are shared with theirs.
+                log.others_active = shared.written != log.written_end
+            # The usual answer, inlined: free space where this handle's data ends, nobody
+            # wrote since its last commit. With segments, the byte is read from the file
+            # itself only past the segments this handle knows (a segment known to cover it
             # means others wrote, and sealed, past it); a NUL byte there may still be a block
             # a newer seal freed, which the generation count tells without a system call.
             written = log.written_end if log is not None else 0
@@ -132,16 +129,12 @@ class WriterLock(CatchUp):
             elif sealed is None:
                 if self._file.pread(1, written) != NUL:
                     self._catch_up_others()
-                elif shared is not None:
-                    shared.reset(written)  # a write that died before its first byte
             elif (
                 written < sealed.sealed_end
                 or sealed.file.pread(1, written) != NUL
                 or sealed.may_be_freed(written)
             ):
                 self._catch_up_others()
-            elif shared is not None:
-                shared.reset(written)
         except BaseException:
             self._unlock()
             raise

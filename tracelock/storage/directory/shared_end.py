@@ -1,26 +1,25 @@
 """What the writers of one store tell each other through shared memory: ``journal.shared``.
 
-Two 8-byte little-endian counters, mapped into every writer's memory (no system call to
-read or write them), and an advisory lock on the same file:
+An 8-byte little-endian counter mapped into every writer's memory (no system call to read
+or write it), and an advisory lock on the same file:
 
-* ``reserved`` (bytes 0-7) and ``written`` (bytes 8-15): the journal's data end, set by
-  the writer holding the writer lock, ``reserved`` before each write of the journal and
-  ``written`` once it returned. A writer taking the lock finds both equal to where its own
-  data ends when nobody appended since its last write and no writer died in the middle of
-  one: it then skips reading the journal to find out (``_hold_locked``). Anything else
-  (another process appended, or ``reserved`` is ahead: a write was cut short, a torn tail
-  to judge) sends it to catch up from the journal itself, as before.
-* the sync lock (``flock`` on the file): one process at a time makes the journal durable.
-  A process that finds another one syncing waits for it, then reads the synced mark: when
-  that sync covered its bytes, it is done without a sync of its own; otherwise its sync
-  covers every byte written so far (``written``), by any process, so the processes that
-  queue behind it share it. This is group commit across processes, as threads of one
-  process share a sync through ``GroupCommitLog``.
+* ``written``: the journal's data end, set by the writer holding the writer lock once each
+  of its writes returned. A writer about to sync reads it to sync for every byte written
+  so far, and a writer taking the lock that finds it past its own data end knows other
+  processes are writing (its syncs then go through the sync lock). It decides nothing
+  else: whether others appended is still read from the journal itself (a writer of an
+  older tracelock, which knows nothing of this file, may be appending too).
+* the sync lock (``flock`` on the file): one process at a time makes the journal durable
+  while several write. A process that finds another one syncing waits for it, then reads
+  the synced mark: when that sync covered its bytes, it is done without a sync of its
+  own; otherwise its sync covers every byte written so far, so the processes that queue
+  behind it share it. This is group commit across processes, as threads of one process
+  share a sync through ``GroupCommitLog``.
 
 The file is never synced and never trusted across a crash or a copy: every writer resets
-the counters to the journal's data end when it opens the store, under the writer lock,
-after judging the tail. A counter that lags only costs a read or a sync; none can lead,
-since ``written`` is set after the write returned, and only while the lock is held.
+the counter to the journal's data end when it opens the store, under the writer lock, and
+after a catch-up. It may lag (a sync then covers less than it could), never lead: it is set
+after the write returned, and only while the lock is held.
 """
 
 from __future__ import annotations
@@ -34,13 +33,13 @@ from pathlib import Path
 __all__ = ["SHARED_FILE", "SharedEnd"]
 
 SHARED_FILE = "journal.shared"
-_SIZE = 16
+_SIZE = 8
 
 
 class SharedEnd:
-    """An open ``journal.shared``: the mapped counters and the sync lock."""
+    """An open ``journal.shared``: the mapped counter and the sync lock."""
 
-    __slots__ = ("_fd", "_map", "_reserved", "_written")
+    __slots__ = ("_fd", "_map", "_written")
 
     def __init__(self, store: Path) -> None:
         fd = os.open(store / SHARED_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -52,29 +51,19 @@ class SharedEnd:
             os.close(fd)
             raise
         self._fd = fd
-        # Aligned 8-byte loads and stores: a reader outside the lock sees one value or the other.
-        self._reserved = ctypes.c_uint64.from_buffer(self._map, 0)
-        self._written = ctypes.c_uint64.from_buffer(self._map, 8)
+        # An aligned 8-byte load or store: a reader outside the lock sees one value or the other.
+        self._written = ctypes.c_uint64.from_buffer(self._map, 0)
 
     @property
     def written(self) -> int:
         return int(self._written.value)
 
-    def quiet(self, end: int) -> bool:
-        """True when nobody wrote past ``end`` and no write is unfinished (under the lock)."""
-        return self._reserved.value == end and self._written.value == end
-
-    def reserve(self, end: int) -> None:
-        """A write ending at ``end`` is about to start (under the writer lock)."""
-        self._reserved.value = end
-
     def complete(self, end: int) -> None:
-        """The write ending at ``end`` returned (under the writer lock)."""
+        """A write ending at ``end`` returned (under the writer lock)."""
         self._written.value = end
 
     def reset(self, end: int) -> None:
-        """The journal's data ends at ``end`` (at open, or after a repair; under the lock)."""
-        self._reserved.value = end
+        """The journal's data ends at ``end`` (at open, or after a catch-up; under the lock)."""
         self._written.value = end
 
     def lock_sync(self) -> None:
@@ -84,7 +73,7 @@ class SharedEnd:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        # The ctypes views must go before the mapping can close.
-        del self._reserved, self._written
+        # The ctypes view must go before the mapping can close.
+        del self._written
         self._map.close()
         os.close(self._fd)
