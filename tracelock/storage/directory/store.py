@@ -6,7 +6,7 @@ Layout::
     <dir>/journal.log    entries and payload records (see ``journal``)
     <dir>/journal.synced how much of the journal is known durable (see ``synced_mark``)
     <dir>/lock           advisory lock held by a writer while a commit writes its bytes
-    <dir>/journal.shared the writers' shared counters and sync lock (see ``shared_end``)
+    <dir>/journal.shared the writers' shared written end and sync lock (see ``shared_end``)
     <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale; one
                          that contradicts the journal is reported, never rebuilt silently)
     <dir>/quarantine/    bytes cut from an unfinished write, kept for inspection
@@ -23,9 +23,8 @@ across a run nor through the sync that follows (docs/spec.md 3.7):
   everything queued is written (``GroupCommitLog.placed``), before syncing it: syncs of
   several processes overlap or are shared (``GroupCommitLog._sync``, ``shared_end``).
 * On taking it, the handle first catches up with what other processes appended since its
-  own last commit (:meth:`DirectoryStore._catch_up_others`): the counters the writers share
-  in memory (``shared_end``), or else one byte read at its end of the data, tell whether
-  anything was; if so the new records are read and chain-checked, and
+  own last commit (:meth:`DirectoryStore._catch_up_others`): one byte read at its end of the
+  data tells whether anything was; if so the new records are read and chain-checked, and
   its sequence number, run heads, payload look-ups and pending index rows follow them. Only
   then are its entries built, so ``seq``, ``i`` and ``prev`` always come from the true tail.
 * Appends to the same run from two processes therefore serialize: each entry continues the
