@@ -7,9 +7,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tracelock.core.entry import TERMINAL_KINDS, ChainChecker, Entry, parse_entry
+from tracelock.core.entry import TERMINAL_KINDS, ChainChecker, Entry
 from tracelock.storage.directory.index import LOCATION, Index, IndexedPayload
-from tracelock.storage.directory.journal import ENTRY, PAYLOAD, data_end
+from tracelock.storage.directory.journal import PAYLOAD, data_end
 from tracelock.storage.directory.state import NEWLINE, NUL
 from tracelock.storage.directory.tail import TailJudge
 
@@ -52,10 +52,10 @@ class CatchUp(TailJudge):
         payload_rows: list[tuple[int, IndexedPayload]] = []
         end = start
         repaired = len(self._repairs)
-        for item in self._sound_records(start, size, checker, synced):
+        for item, entry in self._sound_records(start, size, checker, synced):
             end = item.end
-            if item.kind == ENTRY:
-                rows.append((end, (parse_entry(item.data), item.offset)))
+            if entry is not None:
+                rows.append((end, (entry, item.offset)))
             else:
                 payload_rows.append((end, (bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data))))
         heads = self._heads
@@ -281,10 +281,10 @@ class CatchUp(TailJudge):
         entries: list[tuple[Entry, int]] = []
         payloads: list[IndexedPayload] = []
         end = start
-        for item in self._sound_records(start, size, checker, synced):
+        for item, entry in self._sound_records(start, size, checker, synced):
             end = item.end
-            if item.kind == ENTRY:
-                entries.append((parse_entry(item.data), item.offset))
+            if entry is not None:
+                entries.append((entry, item.offset))
             elif item.kind == PAYLOAD:
                 payloads.append((bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data)))
             if len(entries) + len(payloads) >= 50_000:
