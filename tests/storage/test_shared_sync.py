@@ -131,6 +131,44 @@ def test_a_writer_whose_bytes_another_writers_sync_covered_does_not_sync_again(t
         assert first.sync_count == syncs + 1
 
 
+def test_writers_queued_behind_a_sync_share_the_next_one(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    files = GatedFiles()
+    syncing = DirectoryStore(path, files=files, clock=TickClock())
+    b = DirectoryStore(path, clock=TickClock(2_000_000_000_000))
+    c = DirectoryStore(path, clock=TickClock(3_000_000_000_000))
+    try:
+        for name, store in (("a", syncing), ("b", b), ("c", c)):
+            store.append(name, "run.start", payload={"name": name}, new_run=True)
+        files.armed = True
+        first = threading.Thread(target=lambda: syncing.append("a", "effect", payload={"n": 1}))
+        first.start()
+        assert files.entered.wait(60), "the durable append never reached its sync"
+        # While that sync is under way, two other writers write (the writer lock is free)
+        # and then ask for durability: one sync covers both, whichever of them makes it.
+        writes = threading.Thread(
+            target=lambda: [store.append(name, "effect", payload={"n": 2}, durable=False) for name, store in (("b", b), ("c", c))]
+        )
+        writes.start()
+        writes.join(60)
+        assert not writes.is_alive(), "the writers could not write while another one synced"
+        before = b.sync_count + c.sync_count
+        waiting = [threading.Thread(target=store.sync) for store in (b, c)]
+        for thread in waiting:
+            thread.start()
+    finally:
+        files.gate.set()
+        first.join()
+    for thread in waiting:
+        thread.join()
+    assert b.sync_count + c.sync_count == before + 1
+    for store in (syncing, b, c):
+        store.close()
+    with DirectoryStore(path, read_only=True) as reader:
+        assert [entry.run for entry in reader.iter_entries()] == ["a", "b", "c", "a", "b", "c"]
+        assert verify_store(reader).ok
+
+
 class _SyncingDisk(SimDisk):
     """A simulated disk that records which handle syncs, and lets the other threads run
     in the middle of every sync (as a real ``fdatasync``, which releases the GIL, does):
