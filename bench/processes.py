@@ -9,7 +9,12 @@ process count (``--counts``, default 1, 2, 4, 8), as ranges over ``--passes`` pa
 - syncs per run: the ``fdatasync``/``fsync`` calls the processes really made
   (``bench/peers/synccount``, preloaded), divided by the runs;
 - the sync floor (one small overwrite + ``fdatasync``, ``bench.syncs.probe``), probed in
-  the same run before each pass.
+  the same run before each pass;
+- CPU per run (every process's CPU time over the runs).
+
+``--journal-only``: each run's six entries appended straight to the store with the
+runtime's durability points, no runtime (the journal's share of a run, where syncs weigh
+most).
 
 ``--code LABEL=PATH`` (repeatable) runs the processes with ``PYTHONPATH=PATH``: another
 checkout of tracelock, to compare two versions round by round on the same machine (each
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,31 +40,53 @@ REPO = Path(__file__).resolve().parents[1]
 WARMUP_RUNS = 30
 
 
-def child(store: str, seconds: float) -> None:
+def _journal_run(store: Any, run: str, number: int) -> None:
+    """The journal's part of one README run, appended straight to the store: the entries
+    and durability points the runtime makes (three written at once, the irreversible
+    intent durable, its result written, the end durable), no runtime around them."""
+    store.append(run, "run.start", payload={"task": f"where is order {number}?"}, meta={"status": "running"}, new_run=True, durable=False)
+    store.append(run, "effect", payload={"llm": f"search for the order, then send an update: {number}"}, durable=False)
+    store.append(run, "effect", payload={"orders": [{"order": f"A-{number}", "status": "shipped"}]}, durable=False)
+    store.append(run, "effect.intent", payload={"send_update": number})
+    store.append(run, "effect.result", payload={"message": f"msg-c-{number}"}, durable=False)
+    store.append(run, "run.end", payload={"output": number}, meta={"status": "completed"})
+
+
+def child(store: str, seconds: float, journal_only: bool) -> None:
     """One process: warm up, say READY, wait for GO on stdin, run for ``seconds``, print
     ``RESULT {json}``. Imports the tracelock found on ``PYTHONPATH``."""
     from bench import workload
     from tracelock.runtime.runtime import Runtime
+    from tracelock.storage.directory import DirectoryStore
 
     pid = os.getpid()
+    if journal_only:
+        with DirectoryStore(store) as handle:
+            _timed(lambda number: _journal_run(handle, f"p{pid}-{number}", number), seconds)
+        return
     with Runtime(store, workload.POLICY, toolkits=(workload.kit,)) as runtime:
-        for number in range(WARMUP_RUNS):
-            runtime.run(workload.agent, workload.task(pid * 1_000_000 + number))
-        print("READY", flush=True)
-        sys.stdin.readline()
-        syncs_before = preloaded_count()
-        cpu_before = time.process_time()
-        started = time.perf_counter()
-        deadline = started + seconds
-        runs = 0
-        number = WARMUP_RUNS
-        while time.perf_counter() < deadline:
-            runtime.run(workload.agent, workload.task(pid * 1_000_000 + number))
-            number += 1
-            runs += 1
-        elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu_before
-        syncs_after = preloaded_count()
+        _timed(lambda number: runtime.run(workload.agent, workload.task(pid * 1_000_000 + number)), seconds)
+
+
+def _timed(one_run: Callable[[int], object], seconds: float) -> None:
+    """Warm up, say READY, wait for GO, then run for ``seconds`` and print the RESULT."""
+    for number in range(WARMUP_RUNS):
+        one_run(number)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    syncs_before = preloaded_count()
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    deadline = started + seconds
+    runs = 0
+    number = WARMUP_RUNS
+    while time.perf_counter() < deadline:
+        one_run(number)
+        number += 1
+        runs += 1
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_before
+    syncs_after = preloaded_count()
     syncs = None if syncs_before is None or syncs_after is None else syncs_after - syncs_before
     print("RESULT " + json.dumps({"runs": runs, "elapsed": elapsed, "cpu": cpu, "syncs": syncs}), flush=True)
 
@@ -74,7 +102,7 @@ def preloaded_count() -> int | None:
     return None
 
 
-def one_level(code: Path, processes: int, seconds: float, root: Path, preload: Path | None) -> dict[str, Any]:
+def one_level(code: Path, processes: int, seconds: float, root: Path, preload: Path | None, journal_only: bool) -> dict[str, Any]:
     """``processes`` children of ``code`` on one fresh store under ``root``."""
     store = root / f"store-{processes}"
     env = dict(os.environ, PYTHONPATH=str(code))
@@ -87,7 +115,7 @@ def one_level(code: Path, processes: int, seconds: float, root: Path, preload: P
     )
     children = [
         subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", str(store), str(seconds)],
+            [sys.executable, str(Path(__file__).resolve()), "--child", str(store), str(seconds), "journal" if journal_only else "runtime"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
         )
         for _ in range(processes)
@@ -137,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--code", action="append", default=[], metavar="LABEL=PATH", help="tracelock checkout to run (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--child", nargs=2, metavar=("STORE", "SECONDS"), help=argparse.SUPPRESS)
+    parser.add_argument("--journal-only", action="store_true", help="append each run's entries straight to the store, no runtime")
+    parser.add_argument("--child", nargs=3, metavar=("STORE", "SECONDS", "WHAT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child[0], float(args.child[1]))
+        child(args.child[0], float(args.child[1]), args.child[2] == "journal")
         return 0
     from bench.stats import percentile
     from bench.syncs import counter_library, probe
@@ -158,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             floors.append(percentile(probe(root, 300), 0.5))
             for count in counts:
                 for label, path in codes:
-                    figures[label][count].append(one_level(Path(path), count, args.seconds, root / f"{label}-{number}", preload))
+                    figures[label][count].append(one_level(Path(path), count, args.seconds, root / f"{label}-{number}", preload, args.journal_only))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report = {
