@@ -52,8 +52,8 @@ class _GatedJournal:
     def pread(self, length: int, offset: int) -> bytes:
         return self._file.pread(length, offset)
 
-    def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
-        return self._file.pwrite(data, offset, dsync=dsync)
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int:
+        return self._file.pwrite(data, offset)
 
     def fdatasync(self) -> None:
         if self._gates.armed:
@@ -197,10 +197,10 @@ class _SyncingDisk(SimDisk):
             finally:
                 disk.syncing.discard(me)
 
-        def pwrite(data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
+        def pwrite(data: bytes | memoryview, offset: int) -> int:
             if disk.syncing - {threading.get_ident()}:
                 disk.overlapped += 1
-            return base_write(data, offset, dsync=dsync)
+            return base_write(data, offset)
 
         handle.fdatasync = fdatasync  # type: ignore[method-assign]
         handle.pwrite = pwrite  # type: ignore[method-assign]
