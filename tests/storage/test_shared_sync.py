@@ -22,6 +22,7 @@ from tests.storage.storage_helpers import TickClock
 from tracelock.core.entry import Entry
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.directory.fileio import OS_FILES, JournalFile
+from tracelock.storage.directory.synced_mark import SyncedMark
 from tracelock.storage.verify import verify_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,6 +168,24 @@ def test_writers_queued_behind_a_sync_share_the_next_one(tmp_path: Path) -> None
     with DirectoryStore(path, read_only=True) as reader:
         assert [entry.run for entry in reader.iter_entries()] == ["a", "b", "c", "a", "b", "c"]
         assert verify_store(reader).ok
+
+
+def test_the_mark_advanced_by_several_writers_never_goes_back(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    DirectoryStore(path).close()
+    marks = [SyncedMark.open(OS_FILES, path, write=True) for _ in range(2)]  # two writers' handles
+    try:
+        rng = random.Random(7)
+        highest = marks[0].read() or 0
+        for _ in range(300):
+            length = rng.randrange(0, 1 << 20)
+            rng.choice(marks).advance(length)  # a sync covering ``length``, finishing late or early
+            highest = max(highest, length)
+            assert marks[0].read() == marks[1].read() == highest
+    finally:
+        for mark in marks:
+            assert mark is not None
+            mark.close()
 
 
 class _SyncingDisk(SimDisk):

@@ -96,7 +96,9 @@ class SyncedMark:
     def record(self, length: int) -> None:
         """Overwrite the slot that does not hold the larger valid value with ``length`` (no
         sync: see the module docstring)."""
-        first, second = self._read_slots()
+        self._write_older(length, *self._read_slots())
+
+    def _write_older(self, length: int, first: int | None, second: int | None) -> None:
         older = 0 if first is None or (second is not None and first <= second) else 1
         self._file.pwrite(_slot(length), older * _SLOT)
 
@@ -106,9 +108,9 @@ class SyncedMark:
 
     def advance(self, length: int) -> None:
         """Record ``length`` when it is more than the mark holds (a sync covered it)."""
-        current = self.read()
-        if current is None or length > current:
-            self.record(length)
+        first, second = self._read_slots()
+        if (first is None or length > first) and (second is None or length > second):
+            self._write_older(length, first, second)
 
     def sync(self) -> None:
         self._file.fdatasync()
