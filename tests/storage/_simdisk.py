@@ -4,8 +4,7 @@ Each file keeps its durable image (what survives a power cut) apart from what th
 sees (every write applied), and the 512-byte sectors written since the last sync. A power
 cut turns that into a crash image, the way SQLite's crash tests do: the unsynced sectors
 are lost, or some of them persist, in any order, and the last one may be torn at any byte.
-A data sync makes a file's image durable; a ``dsync`` write makes the sectors it covers
-durable. A sync can be told to fail (``fail_sync_at``), and a power cut can be scheduled at
+A data sync makes a file's image durable. A sync can be told to fail (``fail_sync_at``), and a power cut can be scheduled at
 the n-th operation (``cut_at``): the operation raises :class:`PowerCut` before it happens.
 
 Files are loaded from the real disk the first time they are opened; everything else in the
@@ -84,16 +83,6 @@ class SimFile:
         self.volatile[offset : offset + len(data)] = data
         self.dirty.update(range(offset // SECTOR, (offset + max(len(data), 1) - 1) // SECTOR + 1))
 
-    def persist(self, sectors: set[int]) -> None:
-        for sector in sectors:
-            start = sector * SECTOR
-            stop = min(start + SECTOR, len(self.volatile))
-            if start < stop:
-                if len(self.durable) < stop:
-                    self.durable.extend(bytes(stop - len(self.durable)))
-                self.durable[start:stop] = self.volatile[start:stop]
-        self.dirty -= sectors
-
     def sync(self) -> None:
         self.durable = bytearray(self.volatile)
         self.dirty.clear()
@@ -112,16 +101,11 @@ class SimHandle:
     def pread(self, length: int, offset: int) -> bytes:
         return bytes(self._file.volatile[offset : offset + length])
 
-    def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int:
         assert self._writable, "write through a read-only handle"
-        disk = self._file.disk
-        disk.operation()
+        self._file.disk.operation()
         payload = bytes(data)
         self._file.write(payload, offset)
-        if dsync:
-            disk.sync_attempt()  # a failure leaves the bytes written but not durable
-            first, last = offset // SECTOR, (offset + max(len(payload), 1) - 1) // SECTOR
-            self._file.persist(set(range(first, last + 1)))
         return len(payload)
 
     def fdatasync(self) -> None:

@@ -360,8 +360,8 @@ def test_a_failed_sync_after_unsynced_writes_is_fatal(
 
 
 def _failing_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Make every way the journal syncs fail with EIO: ``fdatasync``, and a write that syncs
-    itself (``RWF_DSYNC``, used when nothing unsynced precedes it)."""
+    """Make every way the journal could sync fail with EIO: ``fdatasync``, and a write that
+    syncs itself (``RWF_DSYNC``; the journal makes none, and the test would say so)."""
     calls: list[str] = []
     real_pwritev = os.pwritev
 

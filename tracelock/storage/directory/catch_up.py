@@ -7,9 +7,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tracelock.core.entry import TERMINAL_KINDS, ChainChecker, Entry, parse_entry
+from tracelock.core.entry import TERMINAL_KINDS, ChainChecker, Entry
 from tracelock.storage.directory.index import LOCATION, Index, IndexedPayload
-from tracelock.storage.directory.journal import ENTRY, PAYLOAD, data_end
+from tracelock.storage.directory.journal import PAYLOAD, data_end
 from tracelock.storage.directory.state import NEWLINE, NUL
 from tracelock.storage.directory.tail import TailJudge
 
@@ -52,10 +52,10 @@ class CatchUp(TailJudge):
         payload_rows: list[tuple[int, IndexedPayload]] = []
         end = start
         repaired = len(self._repairs)
-        for item in self._sound_records(start, size, checker, synced):
+        for item, entry in self._sound_records(start, size, checker, synced):
             end = item.end
-            if item.kind == ENTRY:
-                rows.append((end, (parse_entry(item.data), item.offset)))
+            if entry is not None:
+                rows.append((end, (entry, item.offset)))
             else:
                 payload_rows.append((end, (bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data))))
         heads = self._heads
@@ -74,6 +74,9 @@ class CatchUp(TailJudge):
         # A repair synced the cut; otherwise the mark says what the others synced.
         durable = end if len(self._repairs) > repaired else min(synced or 0, end)
         log.rebase(end, durable)
+        shared = self._mark.shared if self._mark is not None else None
+        if shared is not None:
+            shared.reset(end)  # a cut tail, or another tracelock's appends
 
     def _data_end_after(self, start: int) -> int:
         """Where the data other processes appended after ``start`` ends: the first NUL byte
@@ -278,10 +281,10 @@ class CatchUp(TailJudge):
         entries: list[tuple[Entry, int]] = []
         payloads: list[IndexedPayload] = []
         end = start
-        for item in self._sound_records(start, size, checker, synced):
+        for item, entry in self._sound_records(start, size, checker, synced):
             end = item.end
-            if item.kind == ENTRY:
-                entries.append((parse_entry(item.data), item.offset))
+            if entry is not None:
+                entries.append((entry, item.offset))
             elif item.kind == PAYLOAD:
                 payloads.append((bytes.fromhex(item.data[1:65].decode()), item.offset, len(item.data)))
             if len(entries) + len(payloads) >= 50_000:

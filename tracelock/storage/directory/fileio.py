@@ -22,9 +22,8 @@ class JournalFile(Protocol):
 
     def pread(self, length: int, offset: int) -> bytes: ...
 
-    def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
-        """Write some of ``data`` at ``offset``; return how many bytes were written. With
-        ``dsync`` the bytes written are durable when it returns (``RWF_DSYNC``)."""
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int:
+        """Write some of ``data`` at ``offset``; return how many bytes were written."""
         ...
 
     def fdatasync(self) -> None: ...
@@ -56,9 +55,7 @@ class OSFile:
     def pread(self, length: int, offset: int) -> bytes:
         return os.pread(self.fd, length, offset)
 
-    def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
-        if dsync:
-            return os.pwritev(self.fd, [data], offset, os.RWF_DSYNC)
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int:
         return os.pwrite(self.fd, data, offset)
 
     def fdatasync(self) -> None:

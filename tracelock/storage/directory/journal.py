@@ -179,14 +179,17 @@ class GroupCommitLog:
     end of the data with :func:`data_end`.
 
     After every completed sync the leader records the durable length in the store's synced
-    mark (``mark``, one unsynced 16-byte write), before the callers it covered are woken:
-    opening a store after a crash tells an unfinished write from damage by it.
+    mark (``mark``, one unsynced 16-byte write, when it raises it), before the callers it
+    covered are woken: opening a store after a crash tells an unfinished write from damage
+    by it, and another process whose bytes that sync covered need not sync again.
 
-    Several processes may append to one file, one commit at a time: the store holds its
-    writer lock whenever this log has bytes queued, and before queueing the first of them
-    tells the log where the file's data truly ends (:meth:`rebase`, after other processes
-    appended). :meth:`idle` says when the lock may be released; ``after_commit`` (set by
-    the store) runs once an event loop's commit has settled its waiters.
+    Several processes may append to one file, one write at a time: the store holds its
+    writer lock whenever this log has bytes queued or being written, and before queueing
+    the first of them tells the log where the file's data truly ends (:meth:`rebase`, after
+    other processes appended). :meth:`placed` says when the lock may be released: before
+    the sync (``before_sync``, set by the store, lets it go there), so that processes share
+    flushes as threads do (:meth:`_sync`). ``after_commit`` (set by the store) runs once an
+    event loop's commit has settled its waiters.
     """
 
     def __init__(
@@ -199,6 +202,7 @@ class GroupCommitLog:
     ) -> None:
         self._file = file
         self._mark = mark
+        self._shared = mark.shared if mark is not None else None
         self._mutex = threading.Lock()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -215,7 +219,17 @@ class GroupCommitLog:
         self._error: StoreError | None = None
         self._closed = False
         self._max_buffer = max_buffer
+        #: Syncs made by this log, and syncs it skipped because another process's completed
+        #: sync had covered its bytes already (read from the synced mark).
         self.syncs = 0
+        self.shared_syncs = 0
+        #: Called (no lock held) before each sync: the store lets go of its writer lock
+        #: there when everything queued is written (:meth:`placed`).
+        self.before_sync: Callable[[], None] | None = None
+        #: Set by the store when it took the writer lock: whether another process had
+        #: written since this handle's previous write (its syncs then go through the sync
+        #: lock, to share them).
+        self.others_active = False
         #: Called (no lock held) after :meth:`_commit_for` settled its waiters.
         self.after_commit: Callable[[], None] | None = None
 
@@ -246,24 +260,18 @@ class GroupCommitLog:
     def written_end(self) -> int:
         return self._written_end
 
-    def idle(self) -> bool:
-        """True when nothing is queued, written or synced by anyone, and no one waits: the
-        store may then let go of its writer lock. A failed or closed log is idle (it writes
-        nothing more)."""
+    def placed(self) -> bool:
+        """True when every queued byte is written (a sync may be under way): the store may
+        let go of its writer lock, which orders writes, not syncs. A failed or closed log
+        writes nothing more."""
         with self._mutex:
-            if self._error is not None or self._closed:
-                return True
-            return (
-                self._queued_end == self._written_end
-                and not self._leading
-                and not self._waiters
-                and not self._loop_waiters
-            )
+            return self._queued_end == self._written_end or self._error is not None or self._closed
 
     def rebase(self, end: int, durable: int) -> None:
         """Continue at ``end``, where the file's data ends after other processes appended
         (or a repair cut a torn tail); ``durable``: how much of it is known durable (the
-        synced mark: never more than was synced). Only while idle, under the writer lock."""
+        synced mark: never more than was synced). Only while every queued byte is written
+        (:meth:`placed`; a sync may be under way), under the writer lock."""
         with self._mutex:
             self._check()
             if self._queued_end != self._written_end:
@@ -463,21 +471,12 @@ class GroupCommitLog:
                     self._pending.clear()
                     self._pending_bytes = 0
                     end = self._queued_end
-                    if needed and self._durable_end == self._written_end:
-                        # Everything before is durable already: one write that returns once
-                        # durable (RWF_DSYNC) does the work of a write and an fdatasync in one
-                        # system call. It syncs only its own range, hence the condition.
-                        self._unlocked("write", self._write_durably, batch, self._written_end, end)
-                        self._written_end = self._durable_end = end
-                        self.syncs += 1
-                    else:
-                        self._unlocked("write", self._write_at, batch, self._written_end)
-                        self._written_end = end
+                    self._unlocked("write", self._write_at, batch, self._written_end)
+                    self._written_end = end
                 if needed and self._durable_end < self._written_end:
                     covered = self._written_end
                     self._unlocked("fdatasync", self._sync, covered)
-                    self._durable_end = covered
-                    self.syncs += 1
+                    self._durable_end = max(self._durable_end, covered)
                 if self._waiters:
                     self._wake_covered()
         finally:
@@ -512,33 +511,82 @@ class GroupCommitLog:
                 remaining.append(waiter)
         self._waiters = remaining
 
-    def _write_durably(self, data: bytes, offset: int, end: int) -> None:
-        self._write_at(data, offset, dsync=True)
-        if self._mark is not None:
-            self._mark.record(end)
-
     def _sync(self, covered: int) -> None:
-        self._file.fdatasync()
-        # Recorded only once the sync returned, so the mark never claims unsynced bytes;
-        # it is not synced itself (that would double the cost of a durable append).
-        if self._mark is not None:
-            self._mark.record(covered)
+        """Make every byte before ``covered`` durable, without the mutex and, once
+        ``before_sync`` let it go, without the writer lock: other processes place their
+        bytes meanwhile, and their syncs and this one overlap.
 
-    def _write_at(self, data: bytes, offset: int, *, dsync: bool = False) -> None:
+        ``fdatasync`` flushes every byte of the file written before it is called, by any
+        process, and every byte before ``covered`` was (each process writes under the
+        writer lock, in file order): so when it returns, or when another process recorded
+        a mark at or past ``covered`` (it did so only after such a sync returned), the whole
+        prefix up to ``covered`` is durable. Whoever acknowledges an entry has made the
+        journal durable up to it, never only its own bytes: entries become durable in
+        journal order whichever process syncs.
+
+        While other processes write too, syncs take the sync lock (``shared_end``) one at
+        a time: the next in line reads the mark and is done when the sync before covered
+        its bytes; otherwise it syncs for every byte written so far, so that the processes
+        queued behind it share that one sync."""
+        hook = self.before_sync
+        if hook is not None:
+            hook()
+        mark = self._mark
+        if mark is None:
+            self._file.fdatasync()
+            self.syncs += 1
+            return
+        if self._covered(mark, covered):
+            return
+        shared = self._shared
+        if shared is None or (not self.others_active and shared.written == covered):
+            # Nobody else appends (no other process wrote before or after this handle's
+            # last bytes): no one to share a sync with, and none to wait for.
+            self._file.fdatasync()
+            self.syncs += 1
+            mark.advance(covered)
+            return
+        # One process syncs at a time; the next one in line finds out whether that sync
+        # covered its bytes, and otherwise syncs for everyone written so far.
+        shared.lock_sync()
+        try:
+            if self._covered(mark, covered):
+                return
+            target = max(covered, shared.written)
+            self._file.fdatasync()
+            self.syncs += 1
+            # Recorded only once the sync returned, so the mark never claims unsynced
+            # bytes; it is not synced itself (that would double the cost of a durable append).
+            mark.advance(target)
+        finally:
+            shared.unlock_sync()
+
+    def _covered(self, mark: SyncedMark, covered: int) -> bool:
+        synced = mark.read()
+        if synced is not None and synced >= covered:
+            self.shared_syncs += 1
+            return True
+        return False
+
+    def _write_at(self, data: bytes, offset: int) -> None:
         """Write ``data`` at ``offset`` (only the leader, or ``flush`` under the mutex)."""
         size = len(data)
-        if offset + size > self._allocated:
-            self._grow(offset + size)
+        end = offset + size
+        shared = self._shared
+        if end > self._allocated:
+            self._grow(end)
         pwrite = self._file.pwrite
         # Almost always one call writes it all: the view and its slicing only for the rest.
-        written = pwrite(data, offset, dsync=True) if dsync else pwrite(data, offset)
+        written = pwrite(data, offset)
         if written < size:
             view = memoryview(data)[written:]
             offset += written
             while view:
-                written = pwrite(view, offset, dsync=dsync)
+                written = pwrite(view, offset)
                 view = view[written:]
                 offset += written
+        if shared is not None:
+            shared.complete(end)
 
     def _grow(self, needed: int) -> None:
         """Extend the free space past ``needed``: by the file's size (doubling), within

@@ -1,6 +1,6 @@
-"""The writer lock, held per commit: taking it (and catching up with other writers), letting
-it go once a handle is idle (sealing the journal first when due), and the failure that
-kills a handle."""
+"""The writer lock, held while a commit places its bytes: taking it (and catching up with
+other writers), letting it go once everything queued is written (before the sync, and
+after sealing the journal when due), and the failure that kills a handle."""
 
 from __future__ import annotations
 
@@ -112,6 +112,12 @@ class WriterLock(CatchUp):
         log = self._log
         sealed = self._sealed
         try:
+            mark = self._mark
+            shared = mark.shared if mark is not None else None
+            if log is not None and shared is not None:
+                # Other processes are writing (the counter they share moved past this
+                # handle's end): its syncs are shared with theirs.
+                log.others_active = shared.written != log.written_end
             # The usual answer, inlined: free space where this handle's data ends, nobody
             # wrote since its last commit. With segments, the byte is read from the file
             # itself only past the segments this handle knows (a segment known to cover it
@@ -144,7 +150,7 @@ class WriterLock(CatchUp):
         if self._held and not self._hold_for_life:
             with self._lock:
                 log = self._log
-                if self._held and not self._pinned and (log is None or log.idle()):
+                if self._held and not self._pinned and (log is None or log.placed()):
                     fd = self._lock_fd  # :meth:`_unlock`, inlined
                     if fd is not None:
                         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -154,8 +160,24 @@ class WriterLock(CatchUp):
         log = self._log
         if log is not None and log.durable_end >= self._seal_at:
             self._seal_locked()
-        if self._held and not self._pinned and not self._hold_for_life and (log is None or log.idle()):
+        if self._held and not self._pinned and not self._hold_for_life and (log is None or log.placed()):
             self._unlock()
+
+    def _release_before_sync(self) -> None:
+        """The commit log's ``before_sync``: let go of the writer lock before the disk
+        flushes, once everything queued is written, so that other processes place their
+        bytes meanwhile and their syncs overlap this one (the lock orders writes; a sync
+        makes durable whatever was written before it, whoever wrote it). Skipped when
+        another thread of this handle holds ``_lock`` (it may be the one syncing, from
+        under it): the lock then goes when that commit settles, as it always did."""
+        if not self._held or self._hold_for_life or not self._lock.acquire(blocking=False):
+            return
+        try:
+            log = self._log
+            if self._held and not self._pinned and log is not None and log.placed():
+                self._unlock()
+        finally:
+            self._lock.release()
 
     def _seal_locked(self) -> None:
         """Seal the durable journal past the last segment, under the writer lock. A failure

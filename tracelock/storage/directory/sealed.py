@@ -482,7 +482,7 @@ class SealedJournal:
                 return True
             raise
 
-    def pwrite(self, data: bytes | memoryview, offset: int, *, dsync: bool = False) -> int:
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int:
         # Only a redaction writes through here (appends go to the file itself): list the
         # segments first, so that bytes another process sealed since this handle last
         # looked are rewritten in their segment, never in the blocks it freed or kept.
@@ -491,7 +491,7 @@ class SealedJournal:
         self.refresh()
         segment = self._segment_at(offset) if offset < self._top else None
         if segment is None:
-            return self.file.pwrite(data, offset, dsync=dsync)
+            return self.file.pwrite(data, offset)
         if offset + len(data) > segment.end:
             raise ValueError("a write into a sealed segment must stay inside it")
         self._rewrite(segment, bytes(data), offset - segment.start)

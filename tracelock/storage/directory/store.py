@@ -5,7 +5,8 @@ Layout::
     <dir>/store.json     format marker and store id (written once, fsynced)
     <dir>/journal.log    entries and payload records (see ``journal``)
     <dir>/journal.synced how much of the journal is known durable (see ``synced_mark``)
-    <dir>/lock           advisory lock held by a writer for one commit at a time
+    <dir>/lock           advisory lock held by a writer while a commit writes its bytes
+    <dir>/journal.shared the writers' shared written end and sync lock (see ``shared_end``)
     <dir>/index.sqlite   derived index (rebuilt from the journal when lost or stale; one
                          that contradicts the journal is reported, never rebuilt silently)
     <dir>/quarantine/    bytes cut from an unfinished write, kept for inspection
@@ -14,12 +15,13 @@ The journal and the mark are read and written through a ``FileIO`` (``fileio``),
 tests can run the store on a simulated disk.
 
 Several processes may write, one commit at a time; any number read, and readers never
-wait. The writer lock (``flock`` on ``lock``) is held per commit, as SQLite holds its lock
-per transaction, never across a run:
+wait. The writer lock (``flock`` on ``lock``) is held while a commit writes its bytes, never
+across a run nor through the sync that follows (docs/spec.md 3.7):
 
 * A handle takes it when the first entry of a commit is queued (entries queued meanwhile by
   other threads or tasks of the process join that commit, as before) and lets go once
-  everything queued is written and, where asked, synced (``GroupCommitLog.idle``).
+  everything queued is written (``GroupCommitLog.placed``), before syncing it: syncs of
+  several processes overlap or are shared (``GroupCommitLog._sync``, ``shared_end``).
 * On taking it, the handle first catches up with what other processes appended since its
   own last commit (:meth:`DirectoryStore._catch_up_others`): one byte read at its end of the
   data tells whether anything was; if so the new records are read and chain-checked, and
@@ -211,6 +213,7 @@ class DirectoryStore(Writes):
                 raw = self._file if self._sealed is None else self._sealed.file
                 self._log = GroupCommitLog(raw, end, mark=self._record_mark(end))
                 self._log.after_commit = self._release_if_idle
+                self._log.before_sync = self._release_before_sync
                 if seal_bytes is not None and self._sealed is not None:
                     self._seal_at = self._sealed.sealed_end + seal_bytes
             if self._held and not self._hold_for_life:

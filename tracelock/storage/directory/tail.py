@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 
-from tracelock.core.entry import ChainChecker, EntryFormatError, parse_entry
+from tracelock.core.entry import ChainChecker, Entry, EntryFormatError, parse_entry
 from tracelock.storage.backend import Repair
 from tracelock.storage.directory.files import write_durably
 from tracelock.storage.directory.journal import ENTRY, PAYLOAD, REDACTED, Record, scan_records
 from tracelock.storage.directory.lookup import JournalLookup
+from tracelock.storage.directory.shared_end import SharedEnd
 from tracelock.storage.directory.state import NUL
 from tracelock.storage.directory.synced_mark import MARK_FILE, SyncedMark, encode_mark
 from tracelock.storage.errors import JournalCorruptError
@@ -23,10 +24,11 @@ class TailJudge(JournalLookup):
 
     def _sound_records(
         self, start: int, size: int, checker: ChainChecker, synced: int | None
-    ) -> Iterator[Record]:
-        """The records from byte ``start`` that pass the journal's rules, in order. At the
-        first that does not, it is judged (section 3.5: an unfinished write is cut, anything
-        else is corruption and raises) and nothing more is yielded."""
+    ) -> Iterator[tuple[Record, Entry | None]]:
+        """The records from byte ``start`` that pass the journal's rules, in order, each with
+        its parsed entry (None for a payload record). At the first that does not, it is
+        judged (section 3.5: an unfinished write is cut, anything else is corruption and
+        raises) and nothing more is yielded."""
         known: set[bytes] = set()
         records = scan_records(self._file, start, size)
         for item in records:
@@ -38,13 +40,13 @@ class TailJudge(JournalLookup):
             if NUL in item.data:
                 self._judge_tail(item.offset, "NUL bytes inside a record", records, checker, known, synced, size)
                 return
-            problem = self._check_record(item, checker, known)
+            problem, entry = self._checked(item, checker, known)
             if problem is not None:
                 # A complete line without NUL bytes is exactly what was written to it: no
                 # crash leaves one that is wrong.
                 self._corrupt(item.offset, f"{problem}, in a complete record without NUL bytes", synced)
                 return
-            yield item
+            yield item, entry
 
     def _judge_tail(
         self,
@@ -130,7 +132,8 @@ class TailJudge(JournalLookup):
 
     def _record_mark(self, end: int) -> SyncedMark:
         """Make the journal durable up to ``end`` and record that in the mark (at open, so
-        that the mark is exact from the start; created if the store had none)."""
+        that the mark is exact from the start; created if the store had none), and set the
+        writers' shared counters to ``end`` (``shared_end``). A writer, under the lock."""
         synced = self._mark.read() if self._mark is not None else None
         if synced != end or self._mark is None:
             self._file.fdatasync()  # what a killed writer left in the page cache, too
@@ -139,25 +142,34 @@ class TailJudge(JournalLookup):
                 self._mark = SyncedMark.open(self._files, self._path, write=True)
                 assert self._mark is not None
             else:
-                self._mark.record(end)
-                self._mark.record(end)
+                self._mark.reset(end)
                 self._mark.sync()
+        if self._mark.shared is None:
+            self._mark.shared = SharedEnd(self._path)
+        self._mark.shared.reset(end)
         return self._mark
 
     def _check_record(self, record: Record, checker: ChainChecker, known: set[bytes]) -> str | None:
+        return self._checked(record, checker, known)[0]
+
+    def _checked(self, record: Record, checker: ChainChecker, known: set[bytes]) -> tuple[str | None, Entry | None]:
+        """What is wrong with ``record`` (None: nothing), and its entry once parsed."""
         if record.kind == ENTRY:
             try:
                 entry = parse_entry(record.data)
             except EntryFormatError as exc:
-                return exc.message
+                return exc.message, None
             issue = checker.check(entry)
             if issue is not None:
-                return issue.message
+                return issue.message, entry
             if entry.payload is not None:
                 digest = bytes.fromhex(entry.payload)
                 if digest not in known and not self._payload_stored(digest):
-                    return f"entry {entry.seq} references payload {entry.payload} that is not stored"
-            return None
+                    return f"entry {entry.seq} references payload {entry.payload} that is not stored", entry
+            return None, entry
+        return self._check_payload_record(record, known), None
+
+    def _check_payload_record(self, record: Record, known: set[bytes]) -> str | None:
         if record.kind == PAYLOAD:
             digest = record.data[1:65]
             if hashlib.sha256(record.data[66:]).hexdigest().encode() != digest:
