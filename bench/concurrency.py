@@ -21,7 +21,7 @@ printed against its figure, PASS or MISS.
 
 A quick pass (``--quick``, about 2 minutes) writes ``build/bench/concurrency.json`` and
 ``.md``; a full pass (about 10 minutes) writes ``bench/results/concurrency.json`` and
-``.md`` and its section of ``docs/performance.md``.
+``.md`` and its section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

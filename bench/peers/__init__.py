@@ -4,7 +4,7 @@ IntentusNet, and plain Python as the floor): ``python -m bench.peers [--quick]``
 
 One module per system (``<system>_peer.py``), the workload written for each system in
 ``apps/``, the harness in :mod:`bench.peers.harness`; the report goes to
-``docs/performance.md`` (see :mod:`bench.report`).
+``docs/benchmarks.md`` (see :mod:`bench.report`).
 """
 
 from __future__ import annotations

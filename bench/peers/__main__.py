@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="about 500 runs per system instead of 10,000")
     parser.add_argument("--runs", type=int, help="runs per system (overrides --quick)")
     parser.add_argument("--only", nargs="+", choices=sorted(MODULES), help="these systems (tracelock always runs)")
-    parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/performance.md and the plot")
+    parser.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md and the plot")
     parser.add_argument("--json", action="store_true", help="print all figures as JSON at the end")
     args = parser.parse_args(argv)
     if argv is None:

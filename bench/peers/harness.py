@@ -12,7 +12,7 @@
    floor (small overwrite + ``fdatasync`` probes between the rounds), and its p50 against
    tracelock's in each of five consecutive groups of rounds (quoted as a range); tracelock's
    replay of each recorded run is timed afterwards. A quick pass writes its report to
-   ``build/bench/``; only a full pass rewrites ``docs/performance.md`` and its plot.
+   ``build/bench/``; only a full pass rewrites ``docs/benchmarks.md`` and its plot.
 2. Crash test (child processes). A run is killed with SIGKILL once its second step has
    completed and been recorded (the third effect writes a marker on entry and waits), then the
    system's own recovery mechanism finishes it in a fresh process. Counter files outside the
@@ -443,12 +443,12 @@ def run(quick: bool, *, runs: int | None = None, only: list[str] | None = None, 
     from bench import report
 
     if write:
-        # A quick pass reports into build/bench; only a full pass rewrites docs/performance.md.
+        # A quick pass reports into build/bench; only a full pass rewrites docs/benchmarks.md.
         results = QUICK_RESULTS if quick else RESULTS
         results.parent.mkdir(parents=True, exist_ok=True)
         results.write_text(json.dumps({"figures": figures, "samples": samples}))
         if quick:
-            markdown = report.write_peers(figures, samples, doc=BUILD / "performance.md", plot=BUILD / "performance-peers.png")
+            markdown = report.write_peers(figures, samples, doc=BUILD / "benchmarks.md", plot=BUILD / "performance-peers.png")
             log(f"peers: quick pass: report in {BUILD / 'performance.md'} (docs/performance.md left alone)")
         else:
             markdown = report.write_peers(figures, samples)
