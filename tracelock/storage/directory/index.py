@@ -79,13 +79,13 @@ CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     run TEXT NOT NULL,
     name_key INTEGER NOT NULL,
-    agent TEXT,
+    agent INTEGER,
     parent TEXT,
     status TEXT NOT NULL,
     started_ts INTEGER NOT NULL,
-    updated_ts INTEGER NOT NULL,
+    updated_ts INTEGER NOT NULL,  -- after started_ts (a byte or two, not six)
     first_seq INTEGER NOT NULL,
-    last_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,  -- after first_seq
     entries INTEGER NOT NULL,
     last_hash BLOB NOT NULL,
     closed INTEGER NOT NULL
@@ -95,6 +95,8 @@ CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_ts);
 -- A run is found by a 4-byte key of its name (:func:`name_key`), then its name: a quarter of
 -- the bytes of an index of the names, which would repeat each one.
 CREATE INDEX IF NOT EXISTS runs_by_name ON runs (name_key);
+-- Agents by number: runs repeat a few agents' names.
+CREATE TABLE IF NOT EXISTS agents (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS seq_blocks (
     first_seq INTEGER PRIMARY KEY,
     locations BLOB NOT NULL
@@ -134,6 +136,7 @@ _LOCATION = LOCATION = struct.Struct("<QI")
 # length. _WIDE: per entry an (offset, length) as :data:`LOCATION`, when a gap or a length
 # does not fit in 16 bits.
 _WIDE, _NARROW = 0, 1
+_WIDE_TAG, _NARROW_TAG = bytes((_WIDE,)), bytes((_NARROW,))
 _GAP_LENGTH = struct.Struct("<HH")
 _BASE_BYTES = 6
 _U16 = 0xFFFF
@@ -154,9 +157,12 @@ _LONGEST_ADJACENT = 0xFFFFFFFF - _ADJACENT
 PAYLOAD_KEY_BYTES = 4
 
 
+_KEY = struct.Struct(">i")
+
+
 def payload_key(digest: bytes) -> int:
     """The ``payloads`` key of a payload's SHA-256 digest."""
-    return int.from_bytes(digest[:PAYLOAD_KEY_BYTES], "big", signed=True)
+    return int(_KEY.unpack_from(digest)[0])
 
 
 def name_key(run: str) -> int:
@@ -172,17 +178,18 @@ def _key_hex(key: int) -> bytes:
 def pack_locations(locations: Sequence[tuple[int, int]]) -> bytes:
     """Entry locations (in journal order) as stored: narrow when every gap and length fits."""
     if not locations:
-        return bytes((_WIDE,))
-    parts = [bytes((_NARROW,)), locations[0][0].to_bytes(_BASE_BYTES, "little")]
-    pack = _GAP_LENGTH.pack
-    end = locations[0][0]
+        return _WIDE_TAG
+    first = end = locations[0][0]
+    flat: list[int] = []
     for offset, length in locations:
-        gap = offset - end
-        if not (0 <= gap <= _U16 and length <= _U16) or offset >> 8 * _BASE_BYTES:
-            return bytes((_WIDE,)) + b"".join(_LOCATION.pack(*location) for location in locations)
-        parts.append(pack(gap, length))
+        flat += (offset - end, length)
         end = offset + length + 1
-    return b"".join(parts)
+    if not first >> 8 * _BASE_BYTES:
+        try:  # a negative gap, or one or a length past 16 bits, does not pack
+            return _NARROW_TAG + first.to_bytes(_BASE_BYTES, "little") + struct.pack(f"<{len(flat)}H", *flat)
+        except struct.error:
+            pass
+    return _WIDE_TAG + b"".join(_LOCATION.pack(*location) for location in locations)
 
 
 def unpack_locations(blob: bytes) -> list[tuple[int, int]]:
@@ -226,13 +233,30 @@ def payload_code(entry_offset: int, spot: tuple[int, int] | None) -> tuple[bytes
     return _CODE.pack(_FAR), _LOCATION.pack(offset, length)
 
 
+def _code(entry_offset: int, spot: tuple[int, int] | None) -> tuple[int, tuple[int, int] | None]:
+    """:func:`payload_code` as an integer, and the location it leaves out (or None)."""
+    if spot is None:
+        return _NONE, None
+    offset, length = spot
+    if not length:
+        return _UNKNOWN, None
+    if offset + length + 1 == entry_offset and length <= _LONGEST_ADJACENT:
+        return length + _ADJACENT, None
+    return _FAR, spot
+
+
+def _pack_codes(codes: Sequence[int], far: Sequence[tuple[int, int]]) -> bytes:
+    try:
+        head = _NARROW_TAG + struct.pack(f"<{len(codes)}H", *codes)
+    except struct.error:
+        head = _WIDE_TAG + struct.pack(f"<{len(codes)}I", *codes)
+    return head + b"".join(_LOCATION.pack(*location) for location in far)
+
+
 def pack_codes(codes: bytes, far: bytes) -> bytes:
     """Payload codes (u32 each, :func:`payload_code`) and the locations they leave out, as
     stored: narrow when every code fits in 16 bits."""
-    values = [code for (code,) in _CODE.iter_unpack(codes)]
-    if all(code <= _U16 for code in values):
-        return bytes((_NARROW,)) + struct.pack(f"<{len(values)}H", *values) + far
-    return bytes((_WIDE,)) + codes + far
+    return _pack_codes([code for (code,) in _CODE.iter_unpack(codes)], list(_LOCATION.iter_unpack(far)))
 
 
 def unpack_codes(blob: bytes, count: int) -> tuple[bytes, bytes] | None:
@@ -279,10 +303,22 @@ def payload_spots(
 
 _offset_of = operator.itemgetter(1)
 
+#: A run's agent as selected: stored as the number of its name in ``agents`` (any other
+#: value is what an altered row holds, shown as it is).
+_AGENT = "CASE WHEN typeof({0}agent) = 'integer' THEN (SELECT name FROM agents WHERE id = {0}agent) ELSE {0}agent END"
 #: The columns of a run row, in the order of :class:`RunInfo`'s fields.
-_RUN_INFO_COLUMNS = "run, agent, parent, status, started_ts, updated_ts, entries, first_seq, last_seq"
-#: :data:`RUN_ROW_COLUMNS` as selected: the last hash (stored as 32 bytes) in hex.
-_ROW_COLUMNS = RUN_ROW_COLUMNS.replace("last_hash", "lower(hex(last_hash))")
+_RUN_INFO_COLUMNS = (
+    f"run, {_AGENT.format('')}, parent, status, started_ts, started_ts + updated_ts, entries, first_seq, "
+    "first_seq + last_seq"
+)
+#: :data:`RUN_ROW_COLUMNS` as selected: the agent's name, the last hash (stored as 32
+#: bytes) in hex.
+_ROW_COLUMNS = (
+    RUN_ROW_COLUMNS.replace("last_hash", "lower(hex(last_hash))")
+    .replace("agent", _AGENT.format(""), 1)
+    .replace("updated_ts", "started_ts + updated_ts")
+    .replace("last_seq", "first_seq + last_seq")
+)
 
 #: The SHA-256 digest named by the payload record (kept or erased) at a journal offset; None
 #: when no payload record starts there.
@@ -348,7 +384,7 @@ class Index:
         """Forget everything (before a rebuild)."""
         with self.transaction():
             # ``entries``: the one-row-per-entry table of schema version 1.
-            for table in ("runs", "entries", "seq_blocks", "run_spans", "payloads", "payload_collisions", "meta"):
+            for table in ("runs", "agents", "entries", "seq_blocks", "run_spans", "payloads", "payload_collisions", "meta"):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
             for statement in _SCHEMA_STATEMENTS:
                 self._db.execute(statement)
@@ -416,12 +452,12 @@ class Index:
         located: dict[bytes, tuple[int, int]] = {}
         if payloads:
             before = db.total_changes
-            key = payload_key
+            key = _KEY.unpack_from
             # In key order: hashes are random, and inserting them sorted walks the
             # B-tree's pages once instead of jumping between them (about a third cheaper).
             db.executemany(
                 "INSERT OR IGNORE INTO payloads (hash, offset, length) VALUES (?, ?, ?)",
-                sorted((key(digest), offset, length) for digest, offset, length in payloads),
+                sorted((key(digest)[0], offset, length) for digest, offset, length in payloads),
             )
             if db.total_changes - before == len(payloads):
                 located = {digest: (offset, length) for digest, offset, length in payloads}
@@ -457,37 +493,49 @@ class Index:
         first_seq = entries[0][0].seq
         if first_seq != self.entry_count or entries[-1][0].seq != first_seq + len(entries) - 1:
             raise ValueError("index batches must continue the journal's sequence numbers without gaps")
-        pack = _LOCATION.pack
-        packed = [pack(offset, len(entry.line)) for entry, offset in entries]
-        block = pack_locations([(offset, len(entry.line)) for entry, offset in entries])
-        self._db.execute("INSERT INTO seq_blocks (first_seq, locations) VALUES (?, ?)", (first_seq, block))
-        spans = self._upsert_runs(entries, packed, self._payload_codes(entries, located))
+        spots = [(offset, len(entry.line)) for entry, offset in entries]
+        self._db.execute("INSERT INTO seq_blocks (first_seq, locations) VALUES (?, ?)", (first_seq, pack_locations(spots)))
+        # Each run's share of the batch: its entries' locations, payload codes, far locations.
+        shares: dict[str, tuple[list[tuple[int, int]], list[int], list[tuple[int, int]]]] = {}
+        for (entry, _), spot, (code, far) in zip(entries, spots, self._payload_codes(entries, located), strict=True):
+            share = shares.get(entry.run)
+            if share is None:
+                share = shares[entry.run] = ([], [], [])
+            share[0].append(spot)
+            share[1].append(code)
+            if far is not None:
+                share[2].append(far)
+        runs = self._upsert_runs(entries)
         self._db.executemany(
-            "INSERT INTO run_spans (run_id, first_seq, locations, payloads) VALUES (?, ?, ?, ?)", spans
+            "INSERT INTO run_spans (run_id, first_seq, locations, payloads) VALUES (?, ?, ?, ?)",
+            [
+                (*runs[run], pack_locations(locations), _pack_codes(codes, far))
+                for run, (locations, codes, far) in shares.items()
+            ],
         )
 
     def _payload_codes(
         self, entries: Sequence[tuple[Entry, int]], located: dict[bytes, tuple[int, int]]
-    ) -> list[tuple[bytes, bytes]]:
-        """Each entry's :func:`payload_code`, its payload located from ``located`` or else
-        the ``payloads`` table (payloads stored before the batch)."""
+    ) -> list[tuple[int, tuple[int, int] | None]]:
+        """Each entry's payload code and the location it leaves out (:func:`payload_code`),
+        its payload located from ``located`` or else the index (payloads stored before the
+        batch)."""
         fromhex = bytes.fromhex
         digests = [None if entry.payload is None else fromhex(entry.payload) for entry, _ in entries]
         missing = [digest for digest in dict.fromkeys(digests) if digest is not None and digest not in located]
         if missing:
             located = {**located, **self.payload_locations(missing)}
         return [
-            payload_code(offset, None if digest is None else located.get(digest, (0, 0)))
+            _code(offset, None if digest is None else located.get(digest, (0, 0)))
             for (_, offset), digest in zip(entries, digests, strict=True)
         ]
 
-    def _upsert_runs(
-        self, entries: Sequence[tuple[Entry, int]], packed: list[bytes], payloads: list[tuple[bytes, bytes]]
-    ) -> list[tuple[int, int, bytes, bytes]]:
+    def _upsert_runs(self, entries: Sequence[tuple[Entry, int]]) -> dict[str, tuple[int, int]]:
         """Fold a batch's entries into one row update per run (two statements per batch,
-        not one per entry); returns each run's ``run_spans`` row."""
-        batch = fold_runs([entry for entry, _ in entries], packed, payloads)
+        not one per entry); returns each run's row id and first seq in the batch."""
+        batch = fold_runs([entry for entry, _ in entries])
         known = self._run_ids(list(batch))
+        agents = self._agent_ids({fold.agent for fold in batch.values() if fold.agent is not None})
         next_id = 0
         new_rows = []
         updates = []
@@ -496,20 +544,20 @@ class Index:
             closes = int(last.kind in TERMINAL_KINDS)
             last_hash = bytes.fromhex(last.hash)
             if run in known:
-                updates.append((fold.status, fold.agent, last.ts, last.seq, fold.count, last_hash, closes, known[run]))
+                updates.append((fold.status, agents.get(fold.agent), last.ts, last.seq, fold.count, last_hash, closes, known[run]))
             else:
                 if not next_id:
                     next_id = int(self._db.execute("SELECT coalesce(max(id), 0) + 1 FROM runs").fetchone()[0])
                 known[run] = next_id
                 new_rows.append(
-                    (next_id, run, name_key(run), fold.agent, fold.parent, fold.status or "created",
-                     first.ts, last.ts, first.seq, last.seq, fold.count, last_hash, closes)
+                    (next_id, run, name_key(run), agents.get(fold.agent), fold.parent, fold.status or "created",
+                     first.ts, last.ts - first.ts, first.seq, last.seq - first.seq, fold.count, last_hash, closes)
                 )
                 next_id += 1
         if updates:
             self._db.executemany(
                 "UPDATE runs SET status = COALESCE(?, status), agent = COALESCE(agent, ?), "
-                "updated_ts = ?, last_seq = ?, entries = entries + ?, last_hash = ?, closed = ? "
+                "updated_ts = ? - started_ts, last_seq = ? - first_seq, entries = entries + ?, last_hash = ?, closed = ? "
                 "WHERE id = ?",
                 updates,
             )
@@ -519,16 +567,15 @@ class Index:
                 "last_seq, entries, last_hash, closed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 new_rows,
             )
-        unpack = _LOCATION.unpack
-        return [
-            (
-                known[run],
-                fold.first.seq,
-                pack_locations([unpack(location) for location in fold.locations]),
-                pack_codes(b"".join(fold.payloads), b"".join(fold.far)),
-            )
-            for run, fold in batch.items()
-        ]
+        return {run: (known[run], fold.first.seq) for run, fold in batch.items()}
+
+    def _agent_ids(self, names: set[str]) -> dict[str | None, int]:
+        """The numbers of agents' names in ``agents``, added when new."""
+        ids: dict[str | None, int] = {}
+        for name in names:
+            self._db.execute("INSERT OR IGNORE INTO agents (name) VALUES (?)", (name,))
+            ids[name] = int(self._db.execute("SELECT id FROM agents WHERE name = ?", (name,)).fetchone()[0])
+        return ids
 
     def _run_ids(self, names: list[str]) -> dict[str, int]:
         known: dict[str, int] = {}
@@ -562,11 +609,11 @@ class Index:
             where.append("status = ?")
             args.append(status)
         if agent:
-            where.append("instr(lower(coalesce(agent, '')), ?) > 0")
+            where.append(f"instr(lower(coalesce({_AGENT.format('')}, '')), ?) > 0")
             args.append(agent.lower())
         if text:
             where.append(
-                "(instr(lower(run), ?) > 0 OR instr(lower(coalesce(agent, '')), ?) > 0"
+                f"(instr(lower(run), ?) > 0 OR instr(lower(coalesce({_AGENT.format('')}, '')), ?) > 0"
                 " OR instr(lower(coalesce(parent, '')), ?) > 0)"
             )
             args.extend([text.lower()] * 3)
@@ -717,7 +764,7 @@ class Index:
         """(row id, *row) of every closed run, in the order their last entries come."""
         return iter(
             self._db.execute(
-                f"SELECT id, {_ROW_COLUMNS} FROM runs WHERE closed != 0 ORDER BY last_seq"
+                f"SELECT id, {_ROW_COLUMNS} FROM runs WHERE closed != 0 ORDER BY first_seq + last_seq"
             )
         )
 
@@ -798,7 +845,15 @@ def _run_row(row: Sequence[Any]) -> RunRow:
 _ROW_NAMES = RUN_ROW_COLUMNS.split(", ")
 _ROW_AND_SPANS = (
     "SELECT "
-    + ", ".join("lower(hex(r.last_hash))" if name == "last_hash" else f"r.{name}" for name in _ROW_NAMES)
+    + ", ".join(
+        {
+            "last_hash": "lower(hex(r.last_hash))",
+            "agent": _AGENT.format("r."),
+            "updated_ts": "r.started_ts + r.updated_ts",
+            "last_seq": "r.first_seq + r.last_seq",
+        }.get(name, f"r.{name}")
+        for name in _ROW_NAMES
+    )
     + ", s.locations, s.payloads FROM runs r "
     "LEFT JOIN run_spans s ON s.run_id = r.id WHERE r.name_key = ? AND r.run = ? ORDER BY s.first_seq"
 )
