@@ -196,18 +196,20 @@ def unpack_locations(blob: bytes) -> list[tuple[int, int]]:
     """Stored entry locations as (offset, length) pairs; none when ``blob`` is no valid
     encoding (an altered index: its readers then find the entries missing)."""
     tag = blob[:1]
-    if tag == b"\x01":
+    if tag == _NARROW_TAG:
         body = len(blob) - 1 - _BASE_BYTES
         if body < 0 or body % _GAP_LENGTH.size:
             return []
+        values = struct.unpack_from(f"<{body // 2}H", blob, 1 + _BASE_BYTES)
         offset = int.from_bytes(blob[1 : 1 + _BASE_BYTES], "little")
         out = []
-        for gap, length in _GAP_LENGTH.iter_unpack(memoryview(blob)[1 + _BASE_BYTES :]):
-            offset += gap
+        for at in range(0, len(values), 2):
+            offset += values[at]
+            length = values[at + 1]
             out.append((offset, length))
             offset += length + 1
         return out
-    if tag == b"\x00" and (len(blob) - 1) % _LOCATION.size == 0:
+    if tag == _WIDE_TAG and (len(blob) - 1) % _LOCATION.size == 0:
         return list(_LOCATION.iter_unpack(memoryview(blob)[1:]))
     return []
 
@@ -278,13 +280,15 @@ def payload_spots(
     """One ``run_spans`` row's stored ``payloads`` decoded against its entry ``locations``:
     each entry's payload location, (0, 0) where the index has no row for it, None where the
     entry names none; None when the bytes are not a valid encoding."""
-    decoded = unpack_codes(payloads, len(locations))
-    if decoded is None:
+    count = len(locations)
+    width = _CODE_WIDTHS.get(payloads[0]) if payloads else None
+    cut = 1 + count * width.size if width is not None else -1
+    if width is None or len(payloads) < cut or (len(payloads) - cut) % _LOCATION.size:
         return None
-    codes, far_part = decoded
-    far = _LOCATION.iter_unpack(far_part)
+    codes = struct.unpack_from(f"<{count}{'H' if width.size == 2 else 'I'}", payloads, 1)
+    far = _LOCATION.iter_unpack(memoryview(payloads)[cut:]) if len(payloads) > cut else iter(())
     spots: list[tuple[int, int] | None] = []
-    for (offset, _), (code,) in zip(locations, _CODE.iter_unpack(codes), strict=True):
+    for (offset, _), code in zip(locations, codes, strict=True):
         if code >= _ADJACENT:
             length = code - _ADJACENT
             if length >= offset:
@@ -300,6 +304,7 @@ def payload_spots(
         else:
             spots.append((0, 0))
     return None if next(far, None) is not None else spots
+
 
 _offset_of = operator.itemgetter(1)
 
