@@ -577,7 +577,7 @@ class Index:
     def _agent_ids(self, names: set[str]) -> dict[str | None, int]:
         """The numbers of agents' names in ``agents``, added when new."""
         ids: dict[str | None, int] = {}
-        for name in names:
+        for name in sorted(names):
             self._db.execute("INSERT OR IGNORE INTO agents (name) VALUES (?)", (name,))
             ids[name] = int(self._db.execute("SELECT id FROM agents WHERE name = ?", (name,)).fetchone()[0])
         return ids
