@@ -19,6 +19,12 @@ from hypothesis import strategies as st
 from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.cli.main import cli
 from tracelock.storage.directory import DirectoryStore
+from tracelock.storage.directory.index import (
+    pack_codes,
+    pack_locations,
+    unpack_codes,
+    unpack_locations,
+)
 from tracelock.storage.directory.synced_mark import MARK_FILE, encode_mark
 from tracelock.storage.errors import IndexTamperedError
 
@@ -84,10 +90,10 @@ def swap_location(path: Path, seq_a: int, seq_b: int) -> None:
         (seq_a,),
     )
     assert isinstance(first, int) and isinstance(blob, bytes)
-    items = list(_LOCATION.iter_unpack(blob))
+    items = unpack_locations(blob)
     a, b = seq_a - first, seq_b - first
     items[a], items[b] = items[b], items[a]
-    packed = b"".join(_LOCATION.pack(*item) for item in items)
+    packed = pack_locations(items)
     edit_index(path, ("UPDATE seq_blocks SET locations = ? WHERE first_seq = ?", (packed, first)))
 
 
@@ -165,17 +171,18 @@ def test_wrong_head_of_the_last_run_is_reported_on_open(tmp_path: Path) -> None:
 def test_payload_location_pointing_elsewhere_is_reported(tmp_path: Path) -> None:
     build(tmp_path)
     rows = query(tmp_path, "SELECT hash, offset, length FROM payloads ORDER BY offset")
-    (digest, _, _), (_, other_offset, other_length) = rows[1], rows[2]
+    (key, offset, _), (_, other_offset, other_length) = rows[1], rows[2]
     edit_index(
         tmp_path,
         (
             "UPDATE payloads SET offset = ?, length = ? WHERE hash = ?",
-            (other_offset, other_length, digest),
+            (other_offset, other_length, key),
         ),
     )
-    assert isinstance(digest, bytes)
+    assert isinstance(offset, int)
+    digest = (tmp_path / "journal.log").read_bytes()[offset + 1 : offset + 65].decode()
     with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError):
-        store.get_payload_bytes(digest.hex())
+        store.get_payload_bytes(digest)
     assert_reported(tmp_path)
 
 
@@ -331,9 +338,10 @@ def test_any_changed_run_row_field_is_reported(
 ) -> None:
     copy = fresh_copy(varied, tmp_path / f"{run}-{column}")
     ((value,),) = query(copy, f"SELECT {column} FROM runs WHERE run = ?", (run,))
-    changed: object = (
-        "x" + str(value) if isinstance(value, str) or value is None else int(value) + 1
-    )
+    if isinstance(value, bytes):  # the last hash, stored as 32 bytes: one bit flipped
+        changed: object = value[:-1] + bytes((value[-1] ^ 1,))
+    else:
+        changed = "x" + str(value) if isinstance(value, str) or value is None else int(value) + 1
     if column == "closed":
         changed = 0 if value else 1
     edit_index(copy, (f"UPDATE runs SET {column} = ? WHERE run = ?", (changed, run)))
@@ -353,11 +361,11 @@ def test_any_moved_run_span_location_is_reported(
     )
     run_id, first_seq, blob = rows[data.draw(st.integers(0, len(rows) - 1))]
     assert isinstance(blob, bytes)
-    items = list(_LOCATION.iter_unpack(blob))
+    items = unpack_locations(blob)
     at = data.draw(st.integers(0, len(items) - 1))
     offset, length = items[at]
     items[at] = (offset + data.draw(st.sampled_from([-1, 1, 100])), length)
-    packed = b"".join(_LOCATION.pack(*item) for item in items)
+    packed = pack_locations(items)
     edit_index(
         copy,
         (
@@ -368,11 +376,11 @@ def test_any_moved_run_span_location_is_reported(
     assert_reported(copy)
 
 
-# -- payload locations of a run's entries (run_spans.payloads, index schema 4) -----------
+# -- payload locations of a run's entries (run_spans.payloads, index schema 5) -----------
 #
-# Decoded here on their own: per entry of a row a little-endian u32 (0: no payload; 1: the
-# next (offset, length) after the codes; 2: no row for the payload; n >= 3: a record of
-# n - 3 bytes that ends right before the entry), then the locations of the code-1 entries.
+# Decoded (``index.unpack_codes``): per entry of a row a code (0: no payload; 1: the next
+# (offset, length) after the codes; 2: no row for the payload; n >= 3: a record of n - 3
+# bytes that ends right before the entry), then the locations of the code-1 entries.
 
 _CODE = struct.Struct("<I")
 
@@ -390,13 +398,14 @@ def _spans_row(path: Path, run: str) -> tuple[int, int, bytes, bytes]:
 
 
 def _codes(locations: bytes, payloads: bytes) -> tuple[list[int], list[tuple[int, int]]]:
-    count = len(locations) // _LOCATION.size
-    codes = [code for (code,) in _CODE.iter_unpack(payloads[: 4 * count])]
-    return codes, list(_LOCATION.iter_unpack(payloads[4 * count :]))
+    decoded = unpack_codes(payloads, len(unpack_locations(locations)))
+    assert decoded is not None
+    codes, far = decoded
+    return [code for (code,) in _CODE.iter_unpack(codes)], list(_LOCATION.iter_unpack(far))
 
 
 def _set_payloads(path: Path, run_id: int, first_seq: int, codes: list[int], far: list[tuple[int, int]]) -> None:
-    blob = b"".join(_CODE.pack(code) for code in codes) + b"".join(_LOCATION.pack(*item) for item in far)
+    blob = pack_codes(b"".join(_CODE.pack(code) for code in codes), b"".join(_LOCATION.pack(*item) for item in far))
     edit_index(
         path,
         ("UPDATE run_spans SET payloads = ? WHERE run_id = ? AND first_seq = ?", (blob, run_id, first_seq)),
@@ -423,7 +432,7 @@ def test_any_changed_payload_location_of_a_run_is_reported(
         if change == "longer":
             codes[at] = code + 1
         elif change == "far":
-            entry_offset = _LOCATION.unpack_from(locations, at * _LOCATION.size)[0]
+            entry_offset = unpack_locations(locations)[at][0]
             codes[at] = 1
             # One byte past where the record starts.
             far.insert(sum(1 for c in codes[:at] if c == 1), (entry_offset - (code - 3), code - 3))
@@ -449,7 +458,7 @@ def test_a_run_read_through_a_wrong_payload_location_is_reported(tmp_path: Path)
     codes, far = _codes(locations, payloads)
     assert far == [] and all(code >= 3 for code in codes)  # the first run: each written with its entry
     # The second effect's payload said to be the first's record: same length, other bytes.
-    first_effect = _LOCATION.unpack_from(locations, 1 * _LOCATION.size)[0]
+    first_effect = unpack_locations(locations)[1][0]
     codes[2], far = 1, [(first_effect - (codes[1] - 3) - 1, codes[1] - 3)]
     _set_payloads(tmp_path, run_id, first_seq, codes, far)
     with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
@@ -466,7 +475,7 @@ def test_payload_locations_that_do_not_fit_the_entries_are_reported(tmp_path: Pa
         tmp_path,
         (
             "UPDATE run_spans SET payloads = ? WHERE run_id = ? AND first_seq = ?",
-            (payloads[:-4], run_id, first_seq),
+            (payloads[:-2], run_id, first_seq),
         ),
     )
     with DirectoryStore(tmp_path, read_only=True) as store, pytest.raises(IndexTamperedError) as caught:
@@ -500,7 +509,7 @@ def test_a_run_reads_each_payload_where_its_first_record_is(tmp_path: Path) -> N
     length = journal.index(b"\n", first_record) - first_record
     _, _, locations, payloads = _spans_row(tmp_path, "second")
     codes, far = _codes(locations, payloads)
-    end_offset, _ = _LOCATION.unpack_from(locations, 2 * _LOCATION.size)
+    end_offset, _ = unpack_locations(locations)[2]
     end_record = journal.rindex(b"\n=", 0, end_offset - 1) + 1
     assert codes == [0, 1, end_offset - 1 - end_record + 3]
     assert far == [(first_record, length)]
@@ -522,13 +531,13 @@ def test_an_index_of_schema_2_is_rebuilt_with_payload_locations(tmp_path: Path) 
     with DirectoryStore(tmp_path) as store:
         assert len(store.entries("r3")) == 4
         assert store.get_payload(store.entries("r3")[0].payload or "") == {"input": "r3"}
-    assert query(tmp_path, "SELECT value FROM meta WHERE key = 'schema'") == [("4",)]
+    assert query(tmp_path, "SELECT value FROM meta WHERE key = 'schema'") == [("5",)]
     _, _, locations, payloads = _spans_row(tmp_path, "r3")
     codes, far = _codes(locations, payloads)
     # Its start and end written with it; its two effects repeat the first run's payloads.
     assert codes[0] >= 3 and codes[3] >= 3 and codes[1:3] == [1, 1]
     _, _, first_locations, _ = _spans_row(tmp_path, "r0")
-    first_effects = [_LOCATION.unpack_from(first_locations, n * _LOCATION.size)[0] for n in (1, 2)]
+    first_effects = [unpack_locations(first_locations)[n][0] for n in (1, 2)]
     journal = (tmp_path / "journal.log").read_bytes()
     assert [journal[offset + length + 1 :].startswith(b"{") for offset, length in far] == [True, True]
     assert [offset + length + 1 for offset, length in far] == first_effects

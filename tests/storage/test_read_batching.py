@@ -12,6 +12,7 @@ import pytest
 from tests.storage.storage_helpers import TickClock, record_run
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.directory.fileio import OS_FILES, JournalFile
+from tracelock.storage.directory.index import pack_locations, unpack_locations
 from tracelock.storage.errors import IndexTamperedError
 
 _LOCATION = struct.Struct("<QI")
@@ -62,12 +63,12 @@ def test_a_location_shifted_inside_a_batch_is_tampering(tmp_path: Path) -> None:
         ((blob,),) = db.execute(
             "SELECT s.locations FROM run_spans s JOIN runs r ON r.id = s.run_id WHERE r.run = 'a'"
         )
-        items = list(_LOCATION.iter_unpack(blob))
+        items = unpack_locations(blob)
         offset, length = items[2]
         items[2] = (offset + 1, length - 1)
         db.execute(
             "UPDATE run_spans SET locations = ? WHERE run_id = (SELECT id FROM runs WHERE run = 'a')",
-            (b"".join(_LOCATION.pack(*item) for item in items),),
+            (pack_locations(items),),
         )
         db.commit()
     finally:

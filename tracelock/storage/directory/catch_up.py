@@ -155,16 +155,16 @@ class CatchUp(TailJudge):
     def _open_index(self) -> Index:
         path = self._path / "index.sqlite"
         if not self._owns_lock or not self._index_writable:
-            return Index(Path(":memory:"))
+            return self._new_index(Path(":memory:"))
         try:
-            return Index(path)
+            return self._new_index(path)
         except sqlite3.DatabaseError as exc:  # a damaged cache is rebuilt, never trusted
             code = getattr(exc, "sqlite_errorcode", None)
             if code is not None and code & 0xFF not in _DAMAGED_INDEX:
                 raise  # a file this process may not write, a full disk: not damage
             for suffix in ("", "-wal", "-shm"):
                 Path(str(path) + suffix).unlink(missing_ok=True)
-            return Index(path)
+            return self._new_index(path)
 
     def _index_usable(self, size: int, synced: int | None) -> bool:
         """Whether the index can be caught up from where it ends (False: rebuild it).
@@ -201,7 +201,7 @@ class CatchUp(TailJudge):
         # A reader changes nothing: it notes the lie and answers from a private index.
         self.index_problem = self._tampered(problem).message
         self._index.close()
-        self._index = Index(Path(":memory:"))
+        self._index = self._new_index(Path(":memory:"))
         return False
 
     def _journal_damaged(self, size: int, synced: int | None) -> bool:

@@ -3,7 +3,10 @@ checking each is there (an index that points elsewhere was altered)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tracelock.core.entry import TERMINAL_KINDS, Entry, EntryFormatError, parse_entry
+from tracelock.storage.directory.index import Index
 from tracelock.storage.directory.journal import Record
 from tracelock.storage.directory.payload_filter import PayloadFilter
 from tracelock.storage.directory.state import (
@@ -170,7 +173,7 @@ class JournalLookup(StoreState):
             if self._filter is None:
                 with self._index_lock:
                     self._filter = PayloadFilter(self._index.payload_count() * 2)
-                    self._filter.update(self._index.payload_hashes())
+                    self._filter.update(self._index.payload_prefixes())
                     self._filter.update(row[0] for _, row in self._pending.payloads)
                     self._filter.update(self._payloads)
             # First: it holds every payload the cache does, and a new payload's look-up
@@ -194,6 +197,23 @@ class JournalLookup(StoreState):
         if location is not None:
             self._remember_payload(digest, *location)
         return location
+
+    def _record_digest(self, offset: int) -> bytes | None:
+        """The hash named by the payload record (kept or erased) at ``offset``; None when
+        no payload record starts there (the index's payload rows are keyed by a prefix of
+        the hash: this tells two payloads with the same prefix apart)."""
+        head = self._file.pread(66, offset)
+        if len(head) != 66 or head[:1] not in (b"=", b"-") or head[65:] != b" ":
+            return None
+        try:
+            return bytes.fromhex(head[1:65].decode())
+        except ValueError:
+            return None
+
+    def _new_index(self, path: Path) -> Index:
+        """The store's index at ``path`` (``:memory:``: a private one), reading this
+        journal to tell payloads apart (:meth:`_record_digest`)."""
+        return Index(path, record_digest=self._record_digest)
 
     def _payload_record_problem(self, digest: bytes, offset: int, length: int) -> str | None:
         """What is wrong with the index's location of a payload, judged by the record there:

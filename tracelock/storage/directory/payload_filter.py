@@ -3,12 +3,14 @@
 Most payload look-ups while appending are for new content, which the index cannot have;
 the filter answers those from memory. A "maybe" still goes to the index, so a false
 positive costs one query and a false negative cannot happen. The digests are uniformly
-random already, so their own bytes serve as the filter's hash functions.
+random already, so their own bytes serve as the filter's hash functions: the first 4 bytes
+only, all the index keeps of a payload's hash in its row (``index.PAYLOAD_KEY_BYTES``), so
+that the filter is built from those rows; they are spread over 64 bits by a multiplication.
 
 Two choices keep a long-lived writer's look-ups as cheap as a fresh one's:
 
 - *Blocked*: the three bits of a digest lie in one 64-byte block (one cache line), picked
-  by the digest's first four bytes. In a megabyte-sized filter that the rest of a run's
+  by 21 bits of the spread value. In a megabyte-sized filter that the rest of a run's
   work has pushed out of the CPU caches, a look-up then costs one memory access instead of
   three (measured: about 2 µs per new payload in a writer of 40,000 runs, against 0.3 µs
   for the same filter warm). It lets through a few more false positives than three
@@ -26,8 +28,11 @@ from collections.abc import Iterable
 
 __all__ = ["PayloadFilter"]
 
-#: The block from the digest's first 4 bytes, three bit positions from the next 6.
-_PROBES = struct.Struct(">IHHH")
+#: The digest's first 4 bytes, spread over 64 bits (Fibonacci hashing): the block from the top
+#: 21 bits, three bit positions from the lowest 27 (9 bits each).
+_KEY = struct.Struct(">I")
+_SPREAD = 0x9E3779B97F4A7C15
+_MASK_64 = (1 << 64) - 1
 _BLOCK_BYTES = 64
 _BLOCK_BITS = _BLOCK_BYTES * 8
 _BIT_IN_BLOCK = _BLOCK_BITS - 1  # a probe's bit within its block
@@ -56,12 +61,12 @@ class PayloadFilter:
             stage = _Stage((stage.block_mask + 1) * 2)
             self._stages.append(stage)
         stage.count += 1
-        block, p, q, r = _PROBES.unpack_from(digest)
-        base = (block & stage.block_mask) * _BLOCK_BYTES
+        value = _KEY.unpack_from(digest)[0] * _SPREAD & _MASK_64
+        base = ((value >> 43) & stage.block_mask) * _BLOCK_BYTES
         bits = stage.bits
-        p &= _BIT_IN_BLOCK
-        q &= _BIT_IN_BLOCK
-        r &= _BIT_IN_BLOCK
+        p = value & _BIT_IN_BLOCK
+        q = value >> 9 & _BIT_IN_BLOCK
+        r = value >> 18 & _BIT_IN_BLOCK
         bits[base + (p >> 3)] |= 1 << (p & 7)
         bits[base + (q >> 3)] |= 1 << (q & 7)
         bits[base + (r >> 3)] |= 1 << (r & 7)
@@ -72,10 +77,11 @@ class PayloadFilter:
 
     def may_contain(self, digest: bytes) -> bool:
         # Written out (no inner loop, no generator): it runs for every new payload appended.
-        block, p, q, r = _PROBES.unpack_from(digest)
-        p &= _BIT_IN_BLOCK
-        q &= _BIT_IN_BLOCK
-        r &= _BIT_IN_BLOCK
+        value = _KEY.unpack_from(digest)[0] * _SPREAD & _MASK_64
+        block = value >> 43
+        p = value & _BIT_IN_BLOCK
+        q = value >> 9 & _BIT_IN_BLOCK
+        r = value >> 18 & _BIT_IN_BLOCK
         for stage in self._stages:
             bits = stage.bits
             base = (block & stage.block_mask) * _BLOCK_BYTES
