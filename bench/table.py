@@ -26,8 +26,13 @@ Sections, in the order they run (each reuses the benchmark that already measures
   bytes per conversation of 10, 50, 100 turns.
 
 A section that fails (a peer not installed, no PostgreSQL) leaves its rows *not measured*
-and the others still run. ``--quick`` takes about 6 minutes on a 2-core machine; a full pass
-(10x the runs, a store of 100k runs) about 35 minutes.
+and the others still run. A row is *met* only when every pass reaches its target, *missed*
+when one does not, *n/a* when it could not be measured.
+
+Time on a shared 2-core machine: ``--quick`` about 7 minutes (PostgreSQL's 3 x 21 worker
+processes take half of it); a full pass (5-10x the runs, a store of 100k runs) about 40
+minutes (estimated from the quick pass's sections: PostgreSQL ~12, the peers ~10, the
+100k-run store ~7, the processes ~5 minutes).
 """
 
 from __future__ import annotations
@@ -438,7 +443,7 @@ def run(quick: bool, *, passes: int = PASSES, only: list[str] | None = None, sho
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.table", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs (about 6 minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer runs (about 7 minutes)")
     parser.add_argument("--passes", type=int, default=PASSES, help="passes each range is taken over")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run these sections only")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
