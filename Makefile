@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck scan bench lock clean postgres-server browser
+.PHONY: demo test lint typecheck scan bench lock clean postgres-server browser strace
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ browser:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || exit 1; \
 	fi
 
+# `make bench`'s table counts system calls per run with strace: Debian's package is installed
+# when strace is missing (without it, the table counts /proc/self/io's reads and writes only).
+strace:
+	@if command -v strace >/dev/null 2>&1; then :; else \
+	  echo "bench: installing strace (Debian's strace package)"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y strace || exit 1; \
+	fi
+
 test: $(STAMP) postgres-server browser
 	$(BIN)/python -m pytest -n 2 -q
 	$(BIN)/mypy
@@ -50,7 +58,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check tracelock tests bench
 
 # `make bench` (full: 10k runs per system) or `make bench QUICK=1` (~500 runs), then the
-# concurrency benchmark (bench.concurrency: 1 to 1,024 runs in flight). It uses its own
+# concurrency benchmark (bench.concurrency: 1 to 1,024 runs in flight), then the speed-and-scaling
+# table (bench.table: every measure side by side in one run, ranges over passes, on the
+# directory store and on a throwaway PostgreSQL server). It uses its own
 # environment, .venv-bench (the project with the extras its benchmarks drive: openai for
 # bench.capture, postgres for bench.postgres, mcp and langgraph for bench.mcp/bench.adapters; plus the peers
 # it is compared with; reinstalled when this Makefile changes), never .venv, and is not part of
@@ -64,7 +74,7 @@ BENCH_PIP := $(BENCH_BIN)/pip install --quiet --disable-pip-version-check -c con
 QUICK ?=
 BENCH_FLAGS := $(if $(QUICK),--quick,)
 
-bench:
+bench: postgres-server strace
 	test -x $(BENCH_BIN)/python || $(PYTHON) -m venv $(BENCH_VENV)
 	@if [ ! -f $(BENCH_STAMP) ] || [ -n "$$(find Makefile pyproject.toml constraints.txt bench/requirements-peers.txt -newer $(BENCH_STAMP))" ]; then \
 	  echo "bench: installing the project and the peers into $(BENCH_VENV)"; \
@@ -79,6 +89,7 @@ bench:
 	$(BENCH_BIN)/python -m bench $(BENCH_FLAGS)
 	$(BENCH_BIN)/python -m bench.peers $(BENCH_FLAGS)
 	$(BENCH_BIN)/python -m bench.concurrency $(BENCH_FLAGS)
+	$(BENCH_BIN)/python -m bench.table $(BENCH_FLAGS) --write build/bench/table.json
 
 lock: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'

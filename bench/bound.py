@@ -31,12 +31,13 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench import workload
-from bench.stats import percentile, summary_us
+from bench.stats import group_rounds, percentile, summary_us
 from bench.syncs import probe
 from tracelock.core.canonical import dumps
 from tracelock.core.entry import build_next
@@ -54,6 +55,8 @@ TOOLS: dict[str, tuple[str, Callable[..., Any], dict[str, type]]] = {
 MODELS = frozenset({"stand-in"})
 TIMEOUT_MS = 30_000  # the tools' default timeout, recorded in their effects
 FORMS = ("runtime", "bound", "bound_batched")
+#: Consecutive groups of rounds a figure is also given for, as a range over passes.
+PASSES = 5
 
 
 def _hex(data: bytes) -> str:
@@ -193,68 +196,96 @@ def check_faithful(runtime: Runtime, bound: BoundRun, number: int) -> None:
         raise AssertionError(f"the bound no longer writes what the runtime writes: {real} != {mine} or {digest} != {result.fingerprint}")
 
 
-def run(quick: bool) -> dict[str, Any]:
-    runs = 300 if quick else 5_000
-    batch = 50 if quick else 100
-    samples: dict[str, list[float]] = {form: [] for form in FORMS}
-    cpu: dict[str, list[float]] = {form: [] for form in FORMS}
-    per_round: dict[str, list[float]] = {form: [] for form in FORMS}
-    floor: list[float] = []
-    with tempfile.TemporaryDirectory(dir=os.environ.get("TRACELOCK_BENCH_DIR")) as tmp:
-        root = Path(tmp)
-        runtime = Runtime(root / "store", workload.POLICY, toolkits=(workload.kit,))
-        probe_run = runtime.run(workload.agent, workload.task(-1))
-        store = runtime.store
-        assert isinstance(store, DirectoryStore)
-        first = store.entries(probe_run.run_id)[0]
-        start = store.get_payload(first.payload)
-        capacity = (runs + 100) * 2 * 4096
-        journals = {form: BoundJournal(root / form, capacity) for form in FORMS[1:]}
-        bounds = {
-            form: BoundRun(journals[form], policy=start["policy"], provenance=start["provenance"], batched=form == "bound_batched")
-            for form in FORMS[1:]
-        }
+@contextmanager
+def forms(root: Path, runs: int) -> Iterator[dict[str, Callable[[int], Any]]]:
+    """The three forms of :data:`FORMS` set up under ``root`` for up to ``runs`` runs each
+    (the bounds checked faithful to the runtime first), as one call per form taking a run
+    number; closed on exit."""
+    runtime = Runtime(root / "store", workload.POLICY, toolkits=(workload.kit,))
+    probe_run = runtime.run(workload.agent, workload.task(-1))
+    store = runtime.store
+    assert isinstance(store, DirectoryStore)
+    first = store.entries(probe_run.run_id)[0]
+    start = store.get_payload(first.payload)
+    capacity = (runs + 100) * 2 * 4096
+    journals = {form: BoundJournal(root / form, capacity) for form in FORMS[1:]}
+    bounds = {
+        form: BoundRun(journals[form], policy=start["policy"], provenance=start["provenance"], batched=form == "bound_batched")
+        for form in FORMS[1:]
+    }
+    try:
         for number, bound in enumerate(bounds.values()):
             check_faithful(runtime, bound, number)
-        calls: dict[str, Callable[[int], Any]] = {
+        yield {
             "runtime": lambda n: runtime.run(workload.agent, workload.task(n)),
             "bound": lambda n: bounds["bound"](workload.task(n), f"run-bound-{n}"),
             "bound_batched": lambda n: bounds["bound_batched"](workload.task(n), f"run-batched-{n}"),
         }
-        for number in range(20):  # warm-up, outside the figures
-            for call in calls.values():
-                call(runs + 10 + number)
-        for round_number in range(runs // batch):
-            shift = round_number % len(FORMS)
-            for form in FORMS[shift:] + FORMS[:shift]:
-                call, own = calls[form], []
-                for number in range(round_number * batch, (round_number + 1) * batch):
-                    cpu_started = time.process_time()
-                    started = time.perf_counter()
-                    call(number)
-                    own.append(time.perf_counter() - started)
-                    cpu[form].append(time.process_time() - cpu_started)
-                samples[form] += own
-                per_round[form].append(percentile(own, 0.5))
-            floor += probe(root, 20)
+    finally:
         runtime.close()
         for journal in journals.values():
             journal.close()
+
+
+def run(quick: bool, *, runs: int | None = None, passes: int = PASSES, show: bool = True) -> dict[str, Any]:
+    """The figures (and, with ``show``, a readable table): each form's p50 over the whole
+    pass and, per consecutive group of rounds (``passes`` of them), its p50 over twice the
+    floor probed during those rounds."""
+    runs = runs or (300 if quick else 5_000)
+    batch = 50 if quick else 100
+    rounds = max(passes, runs // batch)
+    batch = max(1, runs // rounds)
+    samples: dict[str, list[float]] = {form: [] for form in FORMS}
+    cpu: dict[str, list[float]] = {form: [] for form in FORMS}
+    per_round: dict[str, list[float]] = {form: [] for form in FORMS}
+    by_round: dict[str, list[list[float]]] = {form: [] for form in FORMS}
+    floor_by_round: list[list[float]] = []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TRACELOCK_BENCH_DIR")) as tmp:
+        root = Path(tmp)
+        with forms(root, runs) as calls:
+            for number in range(20):  # warm-up, outside the figures
+                for call in calls.values():
+                    call(runs + 10 + number)
+            for round_number in range(rounds):
+                shift = round_number % len(FORMS)
+                for form in FORMS[shift:] + FORMS[:shift]:
+                    call, own = calls[form], []
+                    for number in range(round_number * batch, (round_number + 1) * batch):
+                        cpu_started = time.process_time()
+                        started = time.perf_counter()
+                        call(number)
+                        own.append(time.perf_counter() - started)
+                        cpu[form].append(time.process_time() - cpu_started)
+                    samples[form] += own
+                    by_round[form].append(own)
+                    per_round[form].append(percentile(own, 0.5))
+                floor_by_round.append(probe(root, 20))
+    floor = [sample for probes in floor_by_round for sample in probes]
     floor_us = percentile(floor, 0.5) * 1e6
-    figures: dict[str, Any] = {"runs": runs, "sync_floor": {**summary_us(floor), "probes": len(floor)}}
+    floor_by_pass = [percentile(group, 0.5) for group in group_rounds(floor_by_round, passes)]
+    figures: dict[str, Any] = {
+        "runs": rounds * batch,
+        "passes": passes,
+        "sync_floor": {**summary_us(floor), "probes": len(floor)},
+        "sync_floor_p50_us_by_pass": [round(value * 1e6, 1) for value in floor_by_pass],
+    }
     for form in FORMS:
         stats = summary_us(samples[form])
+        pass_p50s = [percentile(group, 0.5) for group in group_rounds(by_round[form], passes)]
         figures[form] = {
             "run": stats,
             "cpu_per_run": summary_us(cpu[form]),
             "p50_vs_two_floors": round(stats["p50_us"] / (2 * floor_us), 2),
             "p50_beyond_two_floors_us": round(stats["p50_us"] - 2 * floor_us, 1),
+            "p50_us_by_pass": [round(value * 1e6, 1) for value in pass_p50s],
+            "p50_vs_two_floors_by_pass": [round(mine / (2 * own), 2) for mine, own in zip(pass_p50s, floor_by_pass, strict=True)],
         }
     for form in FORMS[1:]:
         figures[form]["runtime_p50_vs_this"] = round(figures["runtime"]["run"]["p50_us"] / figures[form]["run"]["p50_us"], 2)
         ratios = [mine / theirs for mine, theirs in zip(per_round["runtime"], per_round[form], strict=True)]
         figures[form]["runtime_vs_this_by_round"] = [round(min(ratios), 2), round(percentile(ratios, 0.5), 2), round(max(ratios), 2)]
-    _print(figures)
+    if show:
+        _print(figures)
     return figures
 
 

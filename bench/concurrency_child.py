@@ -164,7 +164,7 @@ async def _measure_async(system: AsyncSystem, root: Path, concurrency: int, runs
 
 
 # -- threaded systems ---------------------------------------------------------------------------
-def _thread_workers(system: ThreadedSystem, numbers: Iterator[int], concurrency: int, latencies: list[float]) -> None:
+def thread_workers(system: ThreadedSystem, numbers: Iterator[int], concurrency: int, latencies: list[float]) -> None:
     lock = threading.Lock()
     failures: list[str] = []
     start = threading.Event()
@@ -199,7 +199,7 @@ def _thread_workers(system: ThreadedSystem, numbers: Iterator[int], concurrency:
 def _measure_threaded(system: ThreadedSystem, root: Path, concurrency: int, runs: int, warmup: int) -> dict[str, Any]:
     system.open(root)
     try:
-        _thread_workers(system, iter(range(runs, runs + warmup)), min(concurrency, WARMUP_CONCURRENCY), [])
+        thread_workers(system, iter(range(runs, runs + warmup)), min(concurrency, WARMUP_CONCURRENCY), [])
         beat_cpu = asyncio.run(heartbeat_cpu_s())
         latencies: list[float] = []
         heartbeat = Heartbeat()
@@ -207,12 +207,12 @@ def _measure_threaded(system: ThreadedSystem, root: Path, concurrency: int, runs
         side.start()
         time.sleep(0.01)
         with Meter() as meter:
-            _thread_workers(system, iter(range(runs)), concurrency, latencies)
+            thread_workers(system, iter(range(runs)), concurrency, latencies)
         heartbeat.stop()
         side.join()
         gc.collect()
         with Traced() as traced:
-            _thread_workers(system, iter(range(runs + warmup, runs + warmup + concurrency)), concurrency, [])
+            thread_workers(system, iter(range(runs + warmup, runs + warmup + concurrency)), concurrency, [])
     finally:
         system.close()
     return _figures(meter, latencies, heartbeat.lags, beat_cpu, traced, loop="a loop in a side thread")

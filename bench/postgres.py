@@ -24,7 +24,7 @@ on all alike): a system's P workers each run their share of the round's runs one
 the other while the others' workers wait. Reported per system and process count: p50 and
 p99 of one run's latency (all workers' samples pooled) and runs per second (the runs
 divided by the time from a round's start to its last worker's end, summed over rounds),
-and tracelock's ratios to each peer.
+both also per round (``by_round``), and tracelock's ratios to each peer.
 
 After the cells, tracelock's replay on PostgreSQL: runs recorded into a fresh database, then
 replayed in a shuffled order by a fresh runtime in the harness's process (one reads a run's
@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload
-from bench.stats import summary_us
+from bench.stats import percentile, summary_us
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "postgres.json"
@@ -321,7 +321,7 @@ def child(system: str, url: str, worker: int, rounds: int, each: int, warmup: in
 
 
 # -- the measurement --------------------------------------------------------------------------
-def _spawn(args: list[str]) -> subprocess.Popen[str]:
+def spawn_worker(args: list[str]) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     # stderr to a file: a pipe nobody reads while the worker runs could fill and stall it.
@@ -337,7 +337,7 @@ def _spawn(args: list[str]) -> subprocess.Popen[str]:
 _errors: dict[int, Any] = {}
 
 
-def _line(process: subprocess.Popen[str], what: str) -> str:
+def worker_line(process: subprocess.Popen[str], what: str) -> str:
     assert process.stdout is not None
     line = process.stdout.readline()
     if not line:
@@ -347,6 +347,16 @@ def _line(process: subprocess.Popen[str], what: str) -> str:
         errors.seek(0)
         raise RuntimeError(f"{what} failed: {errors.read().strip()[-2000:]}")
     return line.strip()
+
+
+def turn(workers: list[subprocess.Popen[str]], what: str) -> list[dict[str, Any]]:
+    """One turn of a group of workers: each runs its share of the round at once; their
+    answers (``samples``, ``started``, ``ended``)."""
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    return [json.loads(worker_line(worker, what)) for worker in workers]
 
 
 def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dict[str, Any]:
@@ -359,19 +369,19 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
     for system in SYSTEMS:
         url = pg.create_database(f"{system}_{tag}")
         try:
-            setup = _spawn([system, url, "0", "0", "0", "-1"])
-            if _line(setup, f"{system} setup") != "READY":
+            setup = spawn_worker([system, url, "0", "0", "0", "-1"])
+            if worker_line(setup, f"{system} setup") != "READY":
                 raise RuntimeError(f"{system} setup said something else")
             setup.communicate(timeout=CHILD_TIMEOUT_S)
             workers[system] = [
-                _spawn([system, url, str(worker), str(rounds), str(each), str(WARMUP)]) for worker in range(processes)
+                spawn_worker([system, url, str(worker), str(rounds), str(each), str(WARMUP)]) for worker in range(processes)
             ]
         except Exception as exc:  # a peer that fails is reported, not fatal
             failed[system] = f"{type(exc).__name__}: {exc}"
     for system, started in list(workers.items()):
         try:
             for worker in started:
-                if _line(worker, f"{system} worker") != "READY":
+                if worker_line(worker, f"{system} worker") != "READY":
                     raise RuntimeError(f"{system} worker said something else")
         except Exception as exc:
             failed[system] = f"{type(exc).__name__}: {exc}"
@@ -381,6 +391,7 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
     wall: dict[str, float] = dict.fromkeys(workers, 0.0)
     xids: dict[str, int] = dict.fromkeys(workers, 0)
     waits: dict[str, int] = dict.fromkeys(workers, 0)
+    by_round: dict[str, list[dict[str, float]]] = {system: [] for system in workers}
     try:
         for round_number in range(rounds):
             active = [system for system in SYSTEMS if system in workers and system not in failed]
@@ -388,19 +399,18 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
             for system in active[shift:] + active[:shift]:
                 try:
                     first_xid = pg.next_xid()
-                    for worker in workers[system]:
-                        assert worker.stdin is not None
-                        worker.stdin.write("go\n")
-                        worker.stdin.flush()
-                    results = [json.loads(_line(worker, f"{system} worker")) for worker in workers[system]]
+                    results = turn(workers[system], f"{system} worker")
                     xids[system] += pg.next_xid() - first_xid
                     waits[system] += sum(int(result.get("waited", 0)) for result in results)
                 except Exception as exc:
                     failed[system] = f"{type(exc).__name__}: {exc}"
                     log(f"postgres: {system} failed: {failed[system]}")
                     continue
-                samples[system] += [sample for result in results for sample in result["samples"]]
-                wall[system] += max(r["ended"] for r in results) - min(r["started"] for r in results)
+                own = [sample for result in results for sample in result["samples"]]
+                seconds = max(r["ended"] for r in results) - min(r["started"] for r in results)
+                samples[system] += own
+                wall[system] += seconds
+                by_round[system].append({"p50_us": round(percentile(own, 0.5) * 1e6, 1), "runs_per_s": round(len(own) / seconds, 1)})
     finally:
         for started in workers.values():
             for worker in started:
@@ -418,6 +428,7 @@ def measure(pg: Server, processes: int, runs: int, rounds: int, tag: str) -> dic
         stats["writes_per_run"] = round(xids[system] / len(samples[system]), 2)
         counted = system == "tracelock"  # the peers' write transactions each wait
         stats["waited_per_run"] = round((waits[system] if counted else xids[system]) / len(samples[system]), 2)
+        stats["by_round"] = by_round[system]
         cell[system] = stats
     return cell
 

@@ -174,11 +174,11 @@ def time_systems(
     return samples, facts, failed
 
 
-def pass_p50s(samples_s: list[float], runs: int) -> list[float]:
-    """The p50 (µs) of each of :data:`PASSES` consecutive groups of rounds: the run numbers
+def pass_p50s(samples_s: list[float], runs: int, passes: int = PASSES) -> list[float]:
+    """The p50 (µs) of each of ``passes`` consecutive groups of rounds: the run numbers
     are the same in every system's group, so group-wise ratios compare like with like."""
-    size = max(1, runs // PASSES)
-    return [round(percentile(samples_s[start : start + size], 0.5) * 1e6, 1) for start in range(0, size * PASSES, size) if samples_s[start : start + size]]
+    size = max(1, runs // passes)
+    return [round(percentile(samples_s[start : start + size], 0.5) * 1e6, 1) for start in range(0, size * passes, size) if samples_s[start : start + size]]
 
 
 def summary(samples_s: list[float]) -> dict[str, Any]:
