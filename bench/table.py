@@ -30,9 +30,9 @@ and the others still run. A row is *met* only when every pass reaches its target
 when one does not, *n/a* when it could not be measured.
 
 Time on a shared 2-core machine: ``--quick`` about 7 minutes (PostgreSQL's 3 x 21 worker
-processes take half of it); a full pass (5-10x the runs, a store of 100k runs) about 40
-minutes (estimated from the quick pass's sections: PostgreSQL ~12, the peers ~10, the
-100k-run store ~7, the processes ~5 minutes).
+processes take half of it); a full pass (5-10x the runs, a store of 100k runs) about 50
+minutes (measured: the 100k-run store alone takes 14; estimated: PostgreSQL ~12, the peers
+~10, the processes ~5).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_a_sealed_directory_store_is_described_by_part(tmp_path: Path) -> None:
     assert document["sealed_end"] > 0
     assert document["sealed_end"] + document["unsealed_bytes"] == document["journal_bytes"]
     assert document["journal_bytes"] == len((store_dir / "journal.log").read_bytes().rstrip(b"\0"))
-    assert (document["format_version"], document["index_schema"]) == (2, 4)
+    assert (document["format_version"], document["index_schema"]) == (2, 5)
     code, text = info(str(store_dir))
     assert code == 0
     assert "runs: 31 (1 open); entries: 121" in text
