@@ -366,27 +366,32 @@ def postgres_commits(pg: Any, runs: int) -> dict[str, Any]:
     """Commits per run on PostgreSQL, on an otherwise quiet server: a runtime opened, ``runs``
     runs, closed, less a runtime opened and closed (its set-up's commits). *All commits*: the
     database's ``xact_commit`` (read-only transactions too); *write commits*: transaction ids
-    the server assigned (each waits for its WAL flush with ``synchronous_commit`` on)."""
+    the server assigned (the appends' and the flush waits' own); *waited*: the commits the
+    runs waited for the WAL flush of (the store's ``flush_waits``)."""
     from tracelock.runtime.runtime import Runtime
 
     database = "tracelock_commits"
     url = pg.create_database(database)
     Runtime(url, workload.POLICY, toolkits=(workload.kit,)).close()  # the schema, not counted
 
-    def counted(count: int) -> tuple[int, int]:
+    def counted(count: int) -> tuple[int, int, int]:
         commits, xid = _commits(pg, database), pg.next_xid()
         with Runtime(url, workload.POLICY, toolkits=(workload.kit,)) as runtime:
+            store: Any = runtime.store
+            waits = int(getattr(store, "flush_waits", 0))
             for number in range(count):
                 result = runtime.run(workload.agent, workload.task(count * 1_000_000 + number))
                 if not result.ok:
                     raise RuntimeError(f"run failed: {result.code} {result.error}")
+            waits = int(getattr(store, "flush_waits", 0)) - waits
         xids = pg.next_xid() - xid
-        return _commits(pg, database) - commits, xids
+        return _commits(pg, database) - commits, xids, waits
 
-    base_commits, base_xids = counted(0)
-    all_commits, xids = counted(runs)
+    base_commits, base_xids, _ = counted(0)
+    all_commits, xids, waits = counted(runs)
     return {
         "runs": runs,
+        "waited_per_run": round(waits / runs, 2),
         "all_commits_per_run": round((all_commits - base_commits) / runs, 2),
         "write_commits_per_run": round((xids - base_xids) / runs, 2),
     }
