@@ -6,18 +6,15 @@ holds."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.storage._lease_holder_child import start_holder
 from tracelock.runtime.queue.backends import queue_for
 from tracelock.storage.open import open_store
 from tracelock.storage.ownership import LeaseLostError
-
-CHILD = Path(__file__).with_name("_lease_holder_child.py")
 
 
 def _expire() -> None:
@@ -93,13 +90,8 @@ def test_a_dead_runtime_s_lease_is_void_at_once(location: str, tmp_path: Path) -
     """A runtime's lease names it; once its process is gone (killed), another caller takes the
     run over without waiting for the lease to expire. A caller whose process lives keeps it."""
     ready = tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, str(CHILD), location, "run-1", str(ready)])
+    child = start_holder(location, "run-1", ready)
     try:
-        for _ in range(600):
-            if ready.exists() or child.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert ready.exists(), "the child never took its lease"
         with open_store(location) as store:
             holder = store.ownership().holder("run-1")
             assert holder is not None and holder.live and holder.owner.startswith(f"{child.pid}-")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.storage._lease_holder_child import start_holder
 from tracelock.runtime.queue.backends import queue_for
 from tracelock.storage.directory import DirectoryStore
 from tracelock.storage.ownership import LeaseLostError
-
-CHILD = Path(__file__).with_name("_lease_holder_child.py")
 
 
 @pytest.fixture
@@ -114,13 +111,8 @@ def test_a_renewed_slot_lease_is_not_taken_over(stores: tuple[DirectoryStore, Di
 def test_a_dead_runtime_s_slot_lease_is_void_at_once(tmp_path: Path) -> None:
     location = str(tmp_path / "store")
     ready = tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, str(CHILD), location, "run-fresh", str(ready), "fresh"])
+    child = start_holder(location, "run-fresh", ready, "fresh")
     try:
-        for _ in range(600):
-            if ready.exists() or child.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert ready.exists(), "the child never took its lease"
         with DirectoryStore(location) as store:
             assert _rows(store) == []
             holder = store.ownership().holder("run-fresh")
