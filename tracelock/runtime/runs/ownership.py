@@ -25,11 +25,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
+from typing import Any, TypeVar
 
 from tracelock.runtime import bridge
 from tracelock.runtime.errors import RunBusyError
 from tracelock.storage.backend import Store
 from tracelock.storage.ownership import LeaseHolder, RunLease
+
+T = TypeVar("T")
 
 __all__ = ["Busy", "RunOwner", "busy_error"]
 
@@ -51,6 +54,8 @@ class RunOwner:
 
     def __init__(self, store: Store, owner: str, lease_ms: int) -> None:
         self.store = store
+        # Whether a lease operation is a commit that waits for a flush (see _store_call).
+        self._commits_wait = store.backend == "postgresql"
         self.owner = owner
         self.lease_ms = lease_ms
         self._lock = threading.Lock()
@@ -77,17 +82,26 @@ class RunOwner:
         (:meth:`~tracelock.storage.ownership.RunOwnership.acquire_fresh`)."""
         return _Owning(self, run, wait_s, busy, fresh)
 
+    def _store_call(self, func: Callable[..., T], *args: Any) -> T:
+        """``func(*args)``, a lease operation; in an awaited run on PostgreSQL, in a worker
+        thread, so that the loop goes on while its commit waits for the WAL flush (many runs
+        starting at once would otherwise hold the loop for a flush each). The directory
+        store's lease operations take microseconds and no sync: they run inline."""
+        if self._commits_wait and bridge.active():
+            return bridge.wait(bridge.in_thread(func, *args))
+        return func(*args)
+
     def _take(self, run: str, wait_s: float | None, busy: Busy | None, fresh: bool) -> RunLease:
         ownership = self.store.ownership()
         if fresh:
-            taken = ownership.acquire_fresh(run, self.owner, self.lease_ms)
+            taken = self._store_call(ownership.acquire_fresh, run, self.owner, self.lease_ms)
             if taken is not None:
                 self._hold(taken)
                 return taken
         deadline = None if wait_s is None else time.monotonic() + wait_s  # tracelock: allow TL-CLOCK-001 -- bounds a wait for another owner; decides nothing recorded
         pause = _FIRST_PAUSE_S
         while True:
-            lease = ownership.acquire(run, self.owner, self.lease_ms)
+            lease = self._store_call(ownership.acquire, run, self.owner, self.lease_ms)
             if lease is not None:
                 self._hold(lease)
                 return lease
@@ -112,7 +126,7 @@ class RunOwner:
             if self._held.get(run) == lease.token:
                 del self._held[run]
             self.stranded.add(run)
-        self.store.ownership().release(run, lease.token)
+        self._store_call(self.store.ownership().release, run, lease.token)
         self.stranded.discard(run)  # one set operation: atomic
 
     @staticmethod
