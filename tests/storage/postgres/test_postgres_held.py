@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,6 +170,16 @@ def _server_counts(url: str) -> tuple[dict[str, int], dict[str, int]]:
     """The calls of each append function and the whole-table scans of each store table, as
     the server's statistics count them (each session's counts reach them when it ends)."""
     with psycopg.connect(url, autocommit=True) as conn:
+        # A closed handle's server session reports its counts as it exits, which can come a
+        # moment after the client has closed: wait until this is the database's only session.
+        for _ in range(400):
+            others = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if others is not None and others[0] == 0:
+                break
+            time.sleep(0.025)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
         calls = conn.execute(
             "SELECT funcname, sum(calls) FROM pg_stat_user_functions GROUP BY funcname"
         ).fetchall()
